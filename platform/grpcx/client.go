@@ -1,0 +1,44 @@
+package grpcx
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+)
+
+// serviceConfig balances over every address a name resolves to (a headless Kubernetes
+// Service gives one per pod) and retries calls that never reached a server.
+const serviceConfig = `{
+  "loadBalancingConfig": [{"round_robin": {}}],
+  "methodConfig": [{
+    "name": [{"service": "quarry.v1.SearchService"}],
+    "retryPolicy": {
+      "maxAttempts": 3,
+      "initialBackoff": "0.01s",
+      "maxBackoff": "0.1s",
+      "backoffMultiplier": 2,
+      "retryableStatusCodes": ["UNAVAILABLE"]
+    }
+  }]
+}`
+
+// Dial returns a client connection to target ("host:port" or any gRPC target such as
+// "dns:///search:7701"). The connection is lazy: it connects on first use and
+// reconnects by itself. Credentials default to plaintext for loopback and in-cluster
+// use; pass grpc.WithTransportCredentials to override.
+func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	base := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(serviceConfig),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+	}
+	conn, err := grpc.NewClient(target, append(base, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", target, err)
+	}
+	return conn, nil
+}

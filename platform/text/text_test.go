@@ -1,0 +1,102 @@
+package text
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestNormalise(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"lower-cases", "How Do I Rotate", "how do i rotate"},
+		{"trims", "  rotate keys \n", "rotate keys"},
+		{"collapses runs of white space", "rotate\t\t keys\n\nnow", "rotate keys now"},
+		{"keeps punctuation", "what's JWT?", "what's jwt?"},
+		{"empty stays empty", " \t ", ""},
+		{"unicode lower case", "ÉTÉ Straße", "été straße"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Normalise(tt.in); got != tt.want {
+				t.Errorf("Normalise(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestTokens(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want []string
+	}{
+		{"drops stop words", "How do I rotate the JWT signing key?", []string{"rotate", "jwt", "signing", "key"}},
+		{"splits on punctuation", "auth/jwt: refresh-token rotation", []string{"auth", "jwt", "refresh", "token", "rotation"}},
+		{"drops tokens shorter than two characters", "a b c k8s x", []string{"k8s"}},
+		{"de-duplicates", "keys keys KEYS", []string{"keys"}},
+		{"contractions are one word and stop words", "what's the key? don't rotate", []string{"key", "rotate"}},
+		{"nothing left", "how is it?", []string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Tokens(tt.in)
+			if len(got) == 0 && len(tt.want) == 0 {
+				return
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Tokens(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestStems(t *testing.T) {
+	a := Stems(Tokens("How do I rotate signing keys?"))
+	b := Stems(Tokens("rotating the signing key"))
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("inflections should share stems: %q vs %q", a, b)
+	}
+	if Stem("rotate") == Stem("revoke") {
+		t.Error("different words must not share a stem")
+	}
+}
+
+func TestJaccard(t *testing.T) {
+	tests := []struct {
+		name string
+		a, b []string
+		want float64
+	}{
+		{"identical sets", []string{"a", "b"}, []string{"b", "a"}, 1},
+		{"disjoint sets", []string{"a"}, []string{"b"}, 0},
+		{"three of five", []string{"rotate", "jwt", "signing", "key"}, []string{"revoke", "jwt", "signing", "key"}, 0.6},
+		{"subset", []string{"a", "b", "c"}, []string{"a", "b"}, 2.0 / 3},
+		{"empty is zero", nil, []string{"a"}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Jaccard(tt.a, tt.b); got != tt.want {
+				t.Errorf("Jaccard = %v, want %v", got, tt.want)
+			}
+			if got := Jaccard(tt.b, tt.a); got != tt.want {
+				t.Errorf("Jaccard is not symmetric: %v", got)
+			}
+		})
+	}
+}
+
+func FuzzTokens(f *testing.F) {
+	for _, s := range []string{"How do I rotate the JWT key?", "", "\x00\xff", "a/b c-d", "don't"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n := Normalise(s)
+		if Normalise(n) != n {
+			t.Errorf("Normalise is not idempotent on %q", s)
+		}
+		for _, tok := range Tokens(s) {
+			if len(tok) < 2 || IsStopWord(tok) {
+				t.Errorf("bad token %q from %q", tok, s)
+			}
+		}
+	})
+}
