@@ -1,0 +1,23 @@
+module github.com/quarry-router/quarry/services/agent
+
+go 1.26.0
+
+replace (
+	github.com/quarry-router/quarry/gen => ../../gen
+	github.com/quarry-router/quarry/platform => ../../platform
+)
+
+require (
+	github.com/quarry-router/quarry/gen v0.0.0-00010101000000-000000000000
+	github.com/quarry-router/quarry/platform v0.0.0-00010101000000-000000000000
+	google.golang.org/grpc v1.85.0
+)
+
+require (
+	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
