@@ -1,0 +1,128 @@
+// Package app runs the gateway from its command-line arguments, for cmd/gateway and for
+// the all-in-one binary that starts every service in one process.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/quarry-router/quarry/gateway/cache"
+	"github.com/quarry-router/quarry/gateway/generations"
+	"github.com/quarry-router/quarry/gateway/route"
+	"github.com/quarry-router/quarry/gateway/server"
+	"github.com/quarry-router/quarry/gateway/upstream"
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/config"
+	"github.com/quarry-router/quarry/platform/grpcx"
+	"golang.org/x/sync/errgroup"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Config is the gateway's whole configuration.
+type Config struct {
+	// Listen is the host:port the QueryService listens on (port 0 picks a free one).
+	Listen string
+	// SearchAddr is the search service's gRPC target.
+	SearchAddr string
+	// AgentAddr is the agent service's gRPC target; "" runs without one, so questions
+	// routed to an LLM get degraded extractive answers.
+	AgentAddr string
+
+	Cache       cache.Config
+	Route       route.Config
+	Generations generations.Config
+}
+
+// RegisterFlags registers every gateway flag with its default.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "listen", "127.0.0.1:7700", "host:port to serve the QueryService on")
+	fs.StringVar(&c.SearchAddr, "search-addr", "127.0.0.1:7701", "gRPC address of the search service")
+	fs.StringVar(&c.AgentAddr, "agent-addr", "", `gRPC address of the agent service ("" = none: LLM routes get degraded extractive answers)`)
+	c.Cache.RegisterFlags(fs)
+	c.Route.RegisterFlags(fs)
+	c.Generations.RegisterFlags(fs)
+}
+
+// Validate checks every part of the configuration, naming the flag at fault.
+func (c *Config) Validate() error {
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("-listen %q: want host:port: %w", c.Listen, err)
+	}
+	if c.SearchAddr == "" {
+		return errors.New("-search-addr must be set")
+	}
+	return errors.Join(c.Cache.Validate(), c.Route.Validate(), c.Generations.Validate())
+}
+
+// Run serves the gateway until ctx ends, then drains in-flight queries. args are the
+// command-line flags (without the program name); QUARRY_GATEWAY_* environment variables
+// override defaults of flags not given. ready, if not nil, is called with the bound
+// address once the gateway is listening and knows the knowledge bases' generations,
+// i.e. once it can answer.
+func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr net.Addr)) error {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	var cfg Config
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := config.ApplyEnv(fs, "GATEWAY"); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+
+	searchConn, err := grpcx.Dial(cfg.SearchAddr)
+	if err != nil {
+		return err
+	}
+	defer searchConn.Close()
+	searchClient := quarryv1.NewSearchServiceClient(searchConn)
+	var agent route.Agent
+	if cfg.AgentAddr != "" {
+		agentConn, err := grpcx.Dial(cfg.AgentAddr)
+		if err != nil {
+			return err
+		}
+		defer agentConn.Close()
+		agent = upstream.NewAgent(quarryv1.NewAgentServiceClient(agentConn))
+	}
+
+	watcher := generations.New(searchClient, cfg.Generations, log)
+	store := cache.NewMemory(cfg.Cache, time.Now)
+	router := route.New(cfg.Route, store, upstream.NewSearch(searchClient), agent, watcher, log)
+
+	srv := grpcx.NewServer(log, server.Options()...)
+	quarryv1.RegisterQueryServiceServer(srv, server.New(router, log))
+	service := quarryv1.QueryService_ServiceDesc.ServiceName
+	srv.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	srv.Health.SetServingStatus(service, healthpb.HealthCheckResponse_NOT_SERVING)
+
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	log.Info("gateway starting", "addr", lis.Addr().String(), "search", cfg.SearchAddr, "agent", cfg.AgentAddr)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return watcher.Run(gctx) })
+	g.Go(func() error { return srv.Serve(gctx, lis) })
+	g.Go(func() error {
+		if watcher.WaitReady(gctx) != nil {
+			return nil // shutting down before the first state arrived
+		}
+		srv.SetServing(service)
+		log.Info("gateway ready", "addr", lis.Addr().String())
+		if ready != nil {
+			ready(lis.Addr())
+		}
+		return nil
+	})
+	return g.Wait()
+}

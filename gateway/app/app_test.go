@@ -1,0 +1,143 @@
+package app
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/grpcx"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// searchStub is the least of a search service the gateway needs to start and answer.
+type searchStub struct {
+	quarryv1.UnimplementedSearchServiceServer
+}
+
+func (searchStub) WatchGenerations(_ *quarryv1.WatchGenerationsRequest, stream quarryv1.SearchService_WatchGenerationsServer) error {
+	if err := stream.Send(&quarryv1.WatchGenerationsResponse{KnowledgeBases: []*quarryv1.KnowledgeBaseState{{Id: "kb", Generation: 5}}}); err != nil {
+		return err
+	}
+	<-stream.Context().Done()
+	return nil
+}
+
+func (searchStub) Resolve(_ context.Context, req *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error) {
+	if strings.Contains(req.GetQuery(), "design") {
+		return &quarryv1.ResolveResponse{Route: quarryv1.Tier_TIER_AGENTIC, Answer: "extract", Generation: 5}, nil
+	}
+	return &quarryv1.ResolveResponse{Route: quarryv1.Tier_TIER_DIRECT, Answer: "direct answer", Generation: 5,
+		Sources: []*quarryv1.Source{{Path: "a.md"}}}, nil
+}
+
+func startSearch(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	quarryv1.RegisterSearchServiceServer(srv, searchStub{})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+func TestRunServesUntilCancelled(t *testing.T) {
+	t.Setenv("QUARRY_GATEWAY_MAX_QUERY_BYTES", "64")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	addrs := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"-listen", "127.0.0.1:0", "-search-addr", startSearch(t)}, log, func(a net.Addr) { addrs <- a })
+	}()
+	var addr net.Addr
+	select {
+	case addr = <-addrs:
+	case err := <-done:
+		t.Fatalf("Run returned before it was ready: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("gateway not ready")
+	}
+
+	conn, err := grpcx.Dial(addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := quarryv1.NewQueryServiceClient(conn)
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+
+	health, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{Service: "quarry.v1.QueryService"})
+	if err != nil || health.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health %v, %v; want SERVING once ready", health, err)
+	}
+	resp, err := client.Query(cctx, &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "rotate keys"})
+	if err != nil || resp.GetTier() != quarryv1.Tier_TIER_DIRECT || resp.GetGeneration() != 5 {
+		t.Fatalf("Query: %v, %v; want the direct answer under generation 5", resp, err)
+	}
+	resp, err = client.Query(cctx, &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "our design process"})
+	if err != nil || !resp.GetDegraded() || resp.GetTier() != quarryv1.Tier_TIER_AGENTIC {
+		t.Fatalf("Query without an agent: %v, %v; want a degraded AGENTIC answer", resp, err)
+	}
+	_, err = client.Query(cctx, &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: strings.Repeat("x", 65)})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("query over the limit set in the environment: %v, want INVALID_ARGUMENT", err)
+	}
+	_, err = client.Query(cctx, &quarryv1.QueryRequest{KnowledgeBase: "missing", Query: "rotate keys"})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("unknown knowledge base: %v, want NOT_FOUND", err)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after cancel: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return after its context was cancelled")
+	}
+}
+
+func TestRunRejectsBadConfiguration(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		env  [2]string
+		want string
+	}{
+		{"a listen address without a port", []string{"-listen", "localhost"}, [2]string{}, "-listen"},
+		{"a negative TTL", []string{"-cache-ttl", "-1s"}, [2]string{}, "-cache-ttl"},
+		{"a fuzzy threshold above 1", []string{"-fuzzy-min", "1.5"}, [2]string{}, "-fuzzy-min"},
+		{"an unknown flag", []string{"-nope"}, [2]string{}, "nope"},
+		{"a malformed environment value", nil, [2]string{"QUARRY_GATEWAY_RESOLVE_TIMEOUT", "soon"}, "-resolve-timeout"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.env[0] != "" {
+				t.Setenv(c.env[0], c.env[1])
+			}
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			err := Run(context.Background(), c.args, log, nil)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Run(%q) = %v, want an error naming %q", c.args, err, c.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,182 @@
+// Package generations keeps the gateway's view of each knowledge base's generation,
+// streamed from the search service.
+package generations
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+)
+
+// ErrNotReady is returned by Generation until the first state has arrived.
+var ErrNotReady = errors.New("generations: not synced with the search service yet")
+
+// Config holds the reconnect backoff of the watch stream.
+type Config struct {
+	// BackoffMin is the first delay before reconnecting a broken watch.
+	BackoffMin time.Duration
+	// BackoffMax caps the delay, which doubles after each failed attempt.
+	BackoffMax time.Duration
+}
+
+// RegisterFlags registers the watcher flags with their defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&c.BackoffMin, "generations-backoff-min", 100*time.Millisecond, "first delay before re-opening the generation watch")
+	fs.DurationVar(&c.BackoffMax, "generations-backoff-max", 5*time.Second, "longest delay before re-opening the generation watch")
+}
+
+// Validate rejects delays the watcher cannot use, naming the flag.
+func (c *Config) Validate() error {
+	switch {
+	case c.BackoffMin <= 0:
+		return fmt.Errorf("-generations-backoff-min must be positive, got %s", c.BackoffMin)
+	case c.BackoffMax < c.BackoffMin:
+		return fmt.Errorf("-generations-backoff-max (%s) must be at least -generations-backoff-min (%s)", c.BackoffMax, c.BackoffMin)
+	}
+	return nil
+}
+
+// DefaultConfig returns the flag defaults.
+func DefaultConfig() Config {
+	var c Config
+	c.RegisterFlags(flag.NewFlagSet("generations", flag.ContinueOnError))
+	return c
+}
+
+// Watcher follows SearchService.WatchGenerations and answers generation lookups from
+// an in-memory snapshot. While the stream is down it keeps the last state it saw, so
+// answers cached under those generations stay servable.
+type Watcher struct {
+	client quarryv1.SearchServiceClient
+	cfg    Config
+	log    *slog.Logger
+
+	snap      atomic.Pointer[map[string]uint64]
+	ready     chan struct{}
+	readyOnce sync.Once
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced on every update
+}
+
+// New returns a Watcher; call Run to start following the search service.
+func New(client quarryv1.SearchServiceClient, cfg Config, log *slog.Logger) *Watcher {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Watcher{client: client, cfg: cfg, log: log, ready: make(chan struct{}), changed: make(chan struct{})}
+}
+
+// Generation reports kb's current generation; ok is false for an unknown knowledge base.
+// It returns ErrNotReady until the first state has arrived.
+func (w *Watcher) Generation(kb string) (gen uint64, ok bool, err error) {
+	m := w.snap.Load()
+	if m == nil {
+		return 0, false, ErrNotReady
+	}
+	gen, ok = (*m)[kb]
+	return gen, ok, nil
+}
+
+// Snapshot returns a copy of the known generations (nil before the first state).
+func (w *Watcher) Snapshot() map[string]uint64 {
+	m := w.snap.Load()
+	if m == nil {
+		return nil
+	}
+	return maps.Clone(*m)
+}
+
+// Updated returns a channel that is closed at the next update of the snapshot.
+func (w *Watcher) Updated() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changed
+}
+
+// WaitReady blocks until the first state has arrived or ctx ends.
+func (w *Watcher) WaitReady(ctx context.Context) error {
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for knowledge base generations: %w", ctx.Err())
+	}
+}
+
+// Run follows the watch stream until ctx ends, reconnecting with capped, jittered
+// exponential backoff. It returns nil once ctx is done.
+func (w *Watcher) Run(ctx context.Context) error {
+	delay := w.cfg.BackoffMin
+	for {
+		received, err := w.watch(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if received {
+			delay = w.cfg.BackoffMin
+		}
+		// Jitter spreads the reconnects of many gateway replicas after a search restart.
+		wait := delay/2 + rand.N(delay/2+1)
+		w.log.WarnContext(ctx, "generation watch ended; reconnecting", "err", err, "in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		delay = min(delay*2, w.cfg.BackoffMax)
+	}
+}
+
+// watch reads one stream until it breaks, reporting whether any state arrived.
+func (w *Watcher) watch(ctx context.Context) (received bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := w.client.WatchGenerations(ctx, &quarryv1.WatchGenerationsRequest{})
+	if err != nil {
+		return false, fmt.Errorf("open generation watch: %w", err)
+	}
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			return received, fmt.Errorf("receive generations: %w", err)
+		}
+		w.apply(msg, !received)
+		received = true
+	}
+}
+
+// apply installs a stream message. The first message of a stream is the whole state
+// and replaces the snapshot, so knowledge bases removed while disconnected disappear;
+// later ones are changes.
+func (w *Watcher) apply(msg *quarryv1.WatchGenerationsResponse, full bool) {
+	next := make(map[string]uint64)
+	if old := w.snap.Load(); old != nil && !full {
+		maps.Copy(next, *old)
+	}
+	for _, kb := range msg.GetKnowledgeBases() {
+		next[kb.GetId()] = kb.GetGeneration()
+	}
+	for _, id := range msg.GetRemoved() {
+		delete(next, id)
+	}
+	w.snap.Store(&next)
+	w.readyOnce.Do(func() { close(w.ready) })
+
+	w.mu.Lock()
+	close(w.changed)
+	w.changed = make(chan struct{})
+	w.mu.Unlock()
+	w.log.Debug("knowledge base generations updated", "full", full, "count", len(next))
+}

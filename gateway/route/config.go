@@ -1,0 +1,45 @@
+package route
+
+import (
+	"flag"
+	"fmt"
+	"time"
+)
+
+// Config holds the router's limits.
+type Config struct {
+	// MaxQueryBytes bounds the length of a query in bytes.
+	MaxQueryBytes int
+	// ResolveTimeout bounds one search-service Resolve call. It runs detached from the
+	// callers who wait for it, so one caller giving up does not cancel it for the rest.
+	ResolveTimeout time.Duration
+	// AgentTimeout bounds one agent answer (T3/T4), streaming included.
+	AgentTimeout time.Duration
+}
+
+// RegisterFlags registers the router flags with their defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.IntVar(&c.MaxQueryBytes, "max-query-bytes", 4096, "longest accepted query in bytes")
+	fs.DurationVar(&c.ResolveTimeout, "resolve-timeout", 5*time.Second, "deadline of one search-service Resolve call")
+	fs.DurationVar(&c.AgentTimeout, "agent-timeout", 60*time.Second, "deadline of one agent (LLM) answer")
+}
+
+// Validate rejects settings the router cannot work with, naming the flag.
+func (c *Config) Validate() error {
+	switch {
+	case c.MaxQueryBytes < 1:
+		return fmt.Errorf("-max-query-bytes must be at least 1, got %d", c.MaxQueryBytes)
+	case c.ResolveTimeout <= 0:
+		return fmt.Errorf("-resolve-timeout must be positive, got %s", c.ResolveTimeout)
+	case c.AgentTimeout <= 0:
+		return fmt.Errorf("-agent-timeout must be positive, got %s", c.AgentTimeout)
+	}
+	return nil
+}
+
+// DefaultConfig returns the flag defaults.
+func DefaultConfig() Config {
+	var c Config
+	c.RegisterFlags(flag.NewFlagSet("route", flag.ContinueOnError))
+	return c
+}

@@ -1,0 +1,560 @@
+// Package route orchestrates the query path's tiers: validation, the exact and fuzzy
+// caches, the speculative search, the agent, and caching of every answer.
+package route
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/quarry-router/quarry/gateway/cache"
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/text"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Resolver runs the search side of the query path (SearchService.Resolve). It returns
+// ErrUnknownKB (wrapped) when the search service does not know the knowledge base.
+type Resolver interface {
+	Resolve(ctx context.Context, req *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error)
+}
+
+// Agent answers questions routed to an LLM tier, calling onDelta with each piece of
+// answer text as it is produced. It returns ErrNoProvider (wrapped) when it has no LLM.
+type Agent interface {
+	Answer(ctx context.Context, req *quarryv1.AnswerRequest, onDelta func(string)) (*quarryv1.AgentAnswer, error)
+}
+
+// Generations tells the router each knowledge base's current generation. ok is false
+// for an unknown knowledge base; err is set while the generations are not known yet.
+type Generations interface {
+	Generation(kb string) (gen uint64, ok bool, err error)
+}
+
+// Router answers queries from the fastest tier that can.
+type Router struct {
+	cfg   Config
+	store cache.Store
+	res   Resolver
+	agent Agent
+	gens  Generations
+	log   *slog.Logger
+
+	resolves group[resolved]
+	answers  group[answered]
+}
+
+// New returns a Router. agent may be nil: questions routed to an LLM tier then get the
+// search service's extractive fallback, flagged as degraded.
+func New(cfg Config, store cache.Store, res Resolver, agent Agent, gens Generations, log *slog.Logger) *Router {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Router{cfg: cfg, store: store, res: res, agent: agent, gens: gens, log: log}
+}
+
+// resolved is the outcome of one Resolve flight.
+type resolved struct {
+	res *quarryv1.ResolveResponse
+	// resp is the finished answer for OUT_OF_DOMAIN and DIRECT routes.
+	resp   *quarryv1.QueryResponse
+	stored bool
+}
+
+// answered is the outcome of one agent flight.
+type answered struct {
+	resp   *quarryv1.QueryResponse
+	llm    *quarryv1.LlmTrace
+	stored bool
+}
+
+// call is the state of one Query.
+type call struct {
+	r       *Router
+	req     *quarryv1.QueryRequest
+	kb      string
+	norm    string
+	tokens  []string
+	gen     uint64
+	start   time.Time
+	mark    time.Time
+	explain *quarryv1.Explain // nil unless the request asked for it
+}
+
+// Query answers req. onDelta, which may be nil, receives the answer text of LLM tiers
+// as it is produced; it is not called after Query returns.
+func (r *Router) Query(ctx context.Context, req *quarryv1.QueryRequest, onDelta func(string)) (*quarryv1.QueryResponse, error) {
+	start := time.Now()
+	if err := r.validate(req); err != nil {
+		return nil, err
+	}
+	c := &call{r: r, req: req, kb: req.GetKnowledgeBase(), start: start, mark: start}
+	if req.GetExplain() {
+		c.explain = &quarryv1.Explain{Cache: &quarryv1.CacheTrace{}}
+	}
+	c.norm = text.Normalise(req.GetQuery())
+	c.stage("normalise", "")
+
+	gen, ok, err := r.gens.Generation(c.kb)
+	if err != nil {
+		return nil, fmt.Errorf("%w: generation of %q: %w", ErrUnavailable, c.kb, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownKB, c.kb)
+	}
+	c.gen = gen
+
+	resp, err := c.run(ctx, onDelta)
+	if err != nil {
+		return nil, err
+	}
+	resp.Elapsed = durationpb.New(time.Since(start))
+	resp.Explain = c.explain
+	if r.log.Enabled(ctx, slog.LevelDebug) {
+		r.log.DebugContext(ctx, "query", "kb", c.kb, "tier", resp.GetTier().String(),
+			"origin_tier", resp.GetOriginTier().String(), "degraded", resp.GetDegraded(), "elapsed", time.Since(start))
+	}
+	return resp, nil
+}
+
+func (c *call) run(ctx context.Context, onDelta func(string)) (*quarryv1.QueryResponse, error) {
+	r := c.r
+	if c.explain != nil {
+		c.explain.Cache.NormalisedQuery = c.norm
+	}
+
+	// T0.
+	e, err := r.store.Get(ctx, c.kb, c.gen, c.norm)
+	if err == nil {
+		var resp *quarryv1.QueryResponse
+		if resp, err = fromCache(e, quarryv1.Tier_TIER_EXACT_CACHE); err == nil {
+			c.exactOutcome("hit")
+			return resp, nil
+		}
+	}
+	c.exactOutcome(lookupOutcome(ctx, r.log, "exact", err))
+
+	// The search starts now, in parallel with the fuzzy lookup; leaving the flight
+	// without waiting for it is what cancels it when the cache answers.
+	c.tokens = text.Tokens(c.norm)
+	if c.explain != nil {
+		c.explain.Cache.Tokens = c.tokens
+	}
+	key := flightKey(c.kb, c.gen, c.norm, c.req.GetExplain())
+	joined := time.Now()
+	rf := r.resolves.join(ctx, key, r.cfg.ResolveTimeout, r.resolveFn(c.kb, c.req.GetQuery(), c.norm, c.tokens, c.gen, c.req.GetExplain()))
+	defer r.resolves.leave(key, rf)
+
+	// T1.
+	if resp := c.fuzzy(ctx, rf); resp != nil {
+		return resp, nil
+	}
+
+	out, err := rf.wait(ctx)
+	if err != nil {
+		c.stageSince("resolve", joined, "error")
+		return nil, resolveError(ctx, err)
+	}
+	res := out.res
+	c.stageSince("resolve", joined, res.GetRoute().String())
+	if c.explain != nil {
+		c.explain.Stages = append(c.explain.Stages, res.GetStages()...)
+		c.explain.Gate = res.GetGate()
+	}
+
+	switch res.GetRoute() {
+	case quarryv1.Tier_TIER_OUT_OF_DOMAIN, quarryv1.Tier_TIER_DIRECT:
+		c.stored(out.stored)
+		return shallowCopy(out.resp), nil
+	case quarryv1.Tier_TIER_SINGLE_LLM, quarryv1.Tier_TIER_AGENTIC:
+		return c.agentAnswer(ctx, res, onDelta)
+	default:
+		return nil, fmt.Errorf("search service returned route %s", res.GetRoute())
+	}
+}
+
+// fuzzy runs the T1 lookup and verification; it returns nil when T1 does not answer.
+func (c *call) fuzzy(ctx context.Context, rf *flight[resolved]) *quarryv1.QueryResponse {
+	r := c.r
+	cand, sim, err := r.store.Similar(ctx, c.kb, c.gen, c.tokens)
+	if err != nil {
+		c.fuzzyOutcome(lookupOutcome(ctx, r.log, "fuzzy", err))
+		return nil
+	}
+	if cand.Query == c.norm {
+		// This very question's answer was stored after the exact lookup missed, by the
+		// flight this call joined: take the flight's result, not a cache hit on it.
+		c.fuzzyOutcome("skipped: this question's answer was just computed")
+		return nil
+	}
+	if c.explain != nil {
+		c.explain.Cache.FuzzyCandidate = cand.Query
+		c.explain.Cache.FuzzySimilarity = sim
+	}
+	cached, err := fromCache(cand, quarryv1.Tier_TIER_FUZZY_CACHE)
+	if err != nil {
+		r.log.WarnContext(ctx, "fuzzy cache entry unreadable", "kb", c.kb, "err", err)
+		c.reject("unreadable entry")
+		return nil
+	}
+
+	// (a) The same stems ask the same thing in other words: serve at once.
+	if sameSet(text.Stems(c.tokens), text.Stems(cand.Tokens)) {
+		return c.serveFuzzy(cached, "same stems")
+	}
+	// (b) Otherwise the fresh search must route the question the same way.
+	out, err := rf.wait(ctx)
+	if err != nil {
+		c.reject("search failed, cannot verify")
+		return nil
+	}
+	ok, why := agrees(cached, out.res)
+	if !ok {
+		c.reject(why)
+		return nil
+	}
+	return c.serveFuzzy(cached, why)
+}
+
+func (c *call) serveFuzzy(resp *quarryv1.QueryResponse, verification string) *quarryv1.QueryResponse {
+	if c.explain != nil {
+		c.explain.Cache.Fuzzy = "hit"
+		c.explain.Cache.FuzzyVerification = verification
+	}
+	c.stage("fuzzy_cache", "hit: "+verification)
+	return resp
+}
+
+func (c *call) fuzzyOutcome(outcome string) {
+	if c.explain != nil {
+		c.explain.Cache.Fuzzy = outcome
+	}
+	c.stage("fuzzy_cache", outcome)
+}
+
+func (c *call) reject(why string) {
+	if c.explain != nil {
+		c.explain.Cache.Fuzzy = "rejected: " + why
+		c.explain.Cache.FuzzyVerification = why
+	}
+	c.stage("fuzzy_cache", "rejected: "+why)
+}
+
+// agrees decides whether a fresh search confirms that a cached answer to a similar
+// question answers this one: same route and same top source, or both out of domain.
+func agrees(cached *quarryv1.QueryResponse, res *quarryv1.ResolveResponse) (bool, string) {
+	if g := res.GetGeneration(); g != 0 && g != cached.GetGeneration() {
+		return false, fmt.Sprintf("knowledge base changed (generation %d, cached %d)", g, cached.GetGeneration())
+	}
+	route := res.GetRoute()
+	origin := cached.GetOriginTier()
+	if route == quarryv1.Tier_TIER_OUT_OF_DOMAIN && origin == quarryv1.Tier_TIER_OUT_OF_DOMAIN {
+		return true, "search agrees: both out of domain"
+	}
+	if route != origin {
+		return false, fmt.Sprintf("search routes to %s, cached answer is %s", route, origin)
+	}
+	fresh, old := topPath(res.GetSources()), topPath(cached.GetSources())
+	if fresh == "" || fresh != old {
+		return false, fmt.Sprintf("top source %q differs from the cached answer's %q", fresh, old)
+	}
+	return true, fmt.Sprintf("search agrees: %s from %s", route, fresh)
+}
+
+func topPath(s []*quarryv1.Source) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0].GetPath()
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
+}
+
+// resolveFn is the work of a Resolve flight: the search, and for the routes that need
+// no LLM the finished answer, stored once for every caller that waits on it.
+func (r *Router) resolveFn(kb, query, norm string, tokens []string, gen uint64, explain bool) func(context.Context, func(string)) (resolved, error) {
+	return func(ctx context.Context, _ func(string)) (resolved, error) {
+		res, err := r.res.Resolve(ctx, &quarryv1.ResolveRequest{KnowledgeBase: kb, Query: query, Explain: explain})
+		if err != nil {
+			return resolved{}, err
+		}
+		out := resolved{res: res}
+		switch res.GetRoute() {
+		case quarryv1.Tier_TIER_OUT_OF_DOMAIN, quarryv1.Tier_TIER_DIRECT:
+			g := answerGen(res, gen)
+			out.resp = &quarryv1.QueryResponse{
+				Tier:          res.GetRoute(),
+				OriginTier:    res.GetRoute(),
+				Answer:        res.GetAnswer(),
+				Sources:       res.GetSources(),
+				KnowledgeBase: kb,
+				Generation:    g,
+			}
+			out.stored = r.put(ctx, kb, g, norm, tokens, out.resp)
+		}
+		return out, nil
+	}
+}
+
+// answerGen is the generation an answer belongs to: the one the search decided under,
+// which may be newer than the gateway's view.
+func answerGen(res *quarryv1.ResolveResponse, fallback uint64) uint64 {
+	if g := res.GetGeneration(); g != 0 {
+		return g
+	}
+	return fallback
+}
+
+func (c *call) agentAnswer(ctx context.Context, res *quarryv1.ResolveResponse, onDelta func(string)) (*quarryv1.QueryResponse, error) {
+	r := c.r
+	start := time.Now()
+	if r.agent == nil {
+		c.stageSince("agent", start, "skipped: no agent configured")
+		g := answerGen(res, c.gen)
+		resp := degraded(c.kb, res, g, "no agent configured")
+		// Without an agent this is the answer the configuration gives, so it is cached
+		// like any other; only answers degraded by a failure wait for the LLM.
+		c.stored(r.put(ctx, c.kb, g, c.norm, c.tokens, resp))
+		return resp, nil
+	}
+	g := answerGen(res, c.gen)
+	key := flightKey(c.kb, g, c.norm, false)
+	af := r.answers.join(ctx, key, r.cfg.AgentTimeout, r.answerFn(c.kb, c.req.GetQuery(), c.norm, c.tokens, g, res))
+	defer r.answers.leave(key, af)
+	s := af.subscribe(onDelta)
+	a, err := af.wait(ctx)
+	s.close()
+	if err != nil {
+		c.stageSince("agent", start, "error")
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		r.log.ErrorContext(ctx, "agent flight failed", "kb", c.kb, "err", err)
+		return degraded(c.kb, res, g, "the agent failed"), nil
+	}
+	outcome := "answered"
+	if a.resp.GetDegraded() {
+		outcome = "degraded: " + a.resp.GetDegradedReason()
+	}
+	c.stageSince("agent", start, outcome)
+	c.stored(a.stored)
+	if c.explain != nil {
+		c.explain.Llm = a.llm
+	}
+	return shallowCopy(a.resp), nil
+}
+
+// answerFn is the work of an agent flight. An agent failure is not an error of the
+// flight: the question still gets the extractive fallback, flagged and not cached.
+func (r *Router) answerFn(kb, query, norm string, tokens []string, gen uint64, res *quarryv1.ResolveResponse) func(context.Context, func(string)) (answered, error) {
+	return func(ctx context.Context, publish func(string)) (answered, error) {
+		a, err := r.agent.Answer(ctx, &quarryv1.AnswerRequest{
+			KnowledgeBase: kb,
+			Query:         query,
+			Tier:          res.GetRoute(),
+			Prefetched:    res.GetPrefetched(),
+			Sources:       res.GetSources(),
+			Generation:    gen,
+		}, publish)
+		if err != nil {
+			reason := agentFailure(err)
+			out := answered{resp: degraded(kb, res, gen, reason)}
+			if errors.Is(err, ErrNoProvider) {
+				// A configuration, not a failure: the fallback is the answer until an
+				// LLM provider is configured, so cache it like any other.
+				out.stored = r.put(ctx, kb, gen, norm, tokens, out.resp)
+				return out, nil
+			}
+			r.log.WarnContext(ctx, "agent did not answer; serving the extractive fallback", "kb", kb, "reason", reason, "err", err)
+			return out, nil
+		}
+		resp := &quarryv1.QueryResponse{
+			Tier:           res.GetRoute(),
+			OriginTier:     res.GetRoute(),
+			Answer:         a.GetAnswer(),
+			Sources:        mergeSources(res.GetSources(), a.GetSources()),
+			Degraded:       a.GetDegraded(),
+			DegradedReason: a.GetDegradedReason(),
+			KnowledgeBase:  kb,
+			Generation:     gen,
+		}
+		out := answered{resp: resp, llm: a.GetLlm()}
+		if !resp.GetDegraded() {
+			out.stored = r.put(ctx, kb, gen, norm, tokens, resp)
+		}
+		return out, nil
+	}
+}
+
+func agentFailure(err error) string {
+	switch {
+	case errors.Is(err, ErrNoProvider):
+		return "no LLM provider configured"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "the agent did not answer in time"
+	default:
+		return "the agent is unavailable"
+	}
+}
+
+// degraded is the answer to an LLM route that no LLM gave: the search service's
+// extractive fallback. Answers degraded by a failure are not cached, so the LLM answers
+// once it is back.
+func degraded(kb string, res *quarryv1.ResolveResponse, gen uint64, reason string) *quarryv1.QueryResponse {
+	return &quarryv1.QueryResponse{
+		Tier:           res.GetRoute(),
+		OriginTier:     res.GetRoute(),
+		Answer:         res.GetAnswer(),
+		Sources:        res.GetSources(),
+		Degraded:       true,
+		DegradedReason: reason,
+		KnowledgeBase:  kb,
+		Generation:     gen,
+	}
+}
+
+// mergeSources lists the search's ranked sources first, then the documents the agent
+// read beyond them. The search's top source stays first so that a fuzzy candidate's
+// answer can be checked against a fresh search (see agrees).
+func mergeSources(ranked, read []*quarryv1.Source) []*quarryv1.Source {
+	out := slices.Clone(ranked)
+	for _, s := range read {
+		if !slices.ContainsFunc(out, func(o *quarryv1.Source) bool { return o.GetPath() == s.GetPath() }) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// put caches an answer, reporting whether it was stored; a cache that fails only costs
+// a later hit, so errors are logged, not returned.
+func (r *Router) put(ctx context.Context, kb string, gen uint64, norm string, tokens []string, resp *quarryv1.QueryResponse) bool {
+	value, err := proto.Marshal(resp)
+	if err != nil {
+		r.log.ErrorContext(ctx, "marshal answer for the cache", "kb", kb, "err", err)
+		return false
+	}
+	err = r.store.Put(ctx, &cache.Entry{KB: kb, Generation: gen, Query: norm, Tokens: tokens, Value: value})
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, cache.ErrTooLarge):
+		r.log.DebugContext(ctx, "answer too large to cache", "kb", kb, "bytes", len(value))
+	default:
+		r.log.WarnContext(ctx, "cache put failed", "kb", kb, "err", err)
+	}
+	return false
+}
+
+// fromCache decodes a cached answer for serving from tier.
+func fromCache(e *cache.Entry, tier quarryv1.Tier) (*quarryv1.QueryResponse, error) {
+	resp := &quarryv1.QueryResponse{}
+	if err := proto.Unmarshal(e.Value, resp); err != nil {
+		return nil, fmt.Errorf("decode cached answer: %w", err)
+	}
+	if resp.OriginTier == quarryv1.Tier_TIER_UNSPECIFIED {
+		resp.OriginTier = resp.Tier
+	}
+	resp.Tier = tier
+	resp.FromCache = true
+	return resp, nil
+}
+
+// shallowCopy gives each caller of a coalesced flight its own response to set elapsed
+// time and trace on; the sources are shared and never modified.
+func shallowCopy(r *quarryv1.QueryResponse) *quarryv1.QueryResponse {
+	return &quarryv1.QueryResponse{
+		Tier:           r.GetTier(),
+		OriginTier:     r.GetOriginTier(),
+		FromCache:      r.GetFromCache(),
+		Answer:         r.GetAnswer(),
+		Sources:        r.GetSources(),
+		Degraded:       r.GetDegraded(),
+		DegradedReason: r.GetDegradedReason(),
+		KnowledgeBase:  r.GetKnowledgeBase(),
+		Generation:     r.GetGeneration(),
+	}
+}
+
+func flightKey(kb string, gen uint64, norm string, explain bool) string {
+	k := kb + "|" + strconv.FormatUint(gen, 10) + "|" + norm
+	if explain {
+		// A traced request asks the search for its gate trace; an untraced flight has none.
+		k += "|explain"
+	}
+	return k
+}
+
+// resolveError classifies a failed Resolve: the caller giving up, an answer the search
+// service gave about the request itself, or the search being unavailable.
+func resolveError(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, ErrUnknownKB), errors.Is(err, ErrInvalidQuery):
+		return err
+	default:
+		return fmt.Errorf("%w: resolve: %w", ErrUnavailable, err)
+	}
+}
+
+func lookupOutcome(ctx context.Context, log *slog.Logger, tier string, err error) string {
+	if errors.Is(err, cache.ErrMiss) {
+		return "miss"
+	}
+	log.WarnContext(ctx, "cache lookup failed", "tier", tier, "err", err)
+	return "error: " + err.Error()
+}
+
+func (c *call) exactOutcome(outcome string) {
+	if c.explain != nil {
+		c.explain.Cache.Exact = outcome
+	}
+	c.stage("exact_cache", outcome)
+}
+
+func (c *call) stored(ok bool) {
+	if c.explain != nil {
+		c.explain.Cache.Stored = ok
+	}
+}
+
+// stage records the time since the previous stage ended.
+func (c *call) stage(name, outcome string) {
+	if c.explain == nil {
+		return
+	}
+	now := time.Now()
+	c.explain.Stages = append(c.explain.Stages, &quarryv1.StageTiming{
+		Name: name, Duration: durationpb.New(now.Sub(c.mark)), Outcome: outcome,
+	})
+	c.mark = now
+}
+
+// stageSince records a stage that began at start, which for the search is before the
+// fuzzy lookup it overlapped.
+func (c *call) stageSince(name string, start time.Time, outcome string) {
+	if c.explain == nil {
+		return
+	}
+	now := time.Now()
+	c.explain.Stages = append(c.explain.Stages, &quarryv1.StageTiming{
+		Name: name, Duration: durationpb.New(now.Sub(start)), Outcome: outcome,
+	})
+	c.mark = now
+}

@@ -1,0 +1,728 @@
+package route
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quarry-router/quarry/gateway/cache"
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// fakeGens is a settable view of knowledge base generations.
+type fakeGens struct {
+	mu   sync.Mutex
+	gens map[string]uint64
+	err  error
+}
+
+func (f *fakeGens) Generation(kb string) (uint64, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return 0, false, f.err
+	}
+	g, ok := f.gens[kb]
+	return g, ok, nil
+}
+
+func (f *fakeGens) set(kb string, gen uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gens[kb] = gen
+}
+
+func (f *fakeGens) current(kb string) uint64 {
+	g, _, _ := f.Generation(kb)
+	return g
+}
+
+// fakeResolver counts calls and delegates to fn, which tests swap.
+type fakeResolver struct {
+	calls atomic.Int64
+	// before, when set, runs before the n-th call answers.
+	before func(ctx context.Context, n int) error
+	mu     sync.Mutex
+	fn     func(ctx context.Context, req *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error)
+}
+
+func (f *fakeResolver) Resolve(ctx context.Context, req *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error) {
+	n := f.calls.Add(1)
+	if f.before != nil {
+		if err := f.before(ctx, int(n)); err != nil {
+			return nil, err
+		}
+	}
+	f.mu.Lock()
+	fn := f.fn
+	f.mu.Unlock()
+	return fn(ctx, req)
+}
+
+func (f *fakeResolver) set(fn func(context.Context, *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fn = fn
+}
+
+type agentFunc func(ctx context.Context, req *quarryv1.AnswerRequest, onDelta func(string)) (*quarryv1.AgentAnswer, error)
+
+func (f agentFunc) Answer(ctx context.Context, req *quarryv1.AnswerRequest, onDelta func(string)) (*quarryv1.AgentAnswer, error) {
+	return f(ctx, req, onDelta)
+}
+
+const outOfDomain = "This topic is not covered in the knowledge base."
+
+// canned stands in for the search service over a tiny knowledge base: it routes by
+// keyword, the way the real gates would for these questions.
+func canned(gens *fakeGens) func(context.Context, *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error) {
+	return func(_ context.Context, req *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error) {
+		q := strings.ToLower(req.GetQuery())
+		res := &quarryv1.ResolveResponse{Generation: gens.current(req.GetKnowledgeBase())}
+		direct := func(path, answer string) {
+			res.Route = quarryv1.Tier_TIER_DIRECT
+			res.Answer = answer
+			res.Sources = []*quarryv1.Source{{Path: path, Relevance: 0.95}}
+		}
+		switch {
+		case strings.Contains(q, "rotate"):
+			direct("auth/rotate-keys.md", "Rotate the signing keys with `keyctl rotate`.")
+		case strings.Contains(q, "revoke"):
+			direct("auth/revoke-token.md", "Revoke a token with `keyctl revoke`.")
+		case strings.Contains(q, "design"):
+			res.Route = quarryv1.Tier_TIER_SINGLE_LLM
+			res.Answer = "Extract from arch/design.md."
+			res.FallbackDegraded = true
+			res.Sources = []*quarryv1.Source{{Path: "arch/design.md", Relevance: 0.75}}
+		default:
+			res.Route = quarryv1.Tier_TIER_OUT_OF_DOMAIN
+			res.Answer = outOfDomain
+		}
+		if req.GetExplain() {
+			res.Gate = &quarryv1.GateTrace{SearchText: q, DirectDecision: "canned"}
+			res.Stages = []*quarryv1.StageTiming{{Name: "search", Duration: durationpb.New(time.Microsecond)}}
+		}
+		return res, nil
+	}
+}
+
+// countingStore counts the calls of each lookup, so a test can order the search after
+// the fuzzy lookup the way a real search, taking milliseconds, always is.
+type countingStore struct {
+	*cache.Memory
+	mu      sync.Mutex
+	similar int
+	puts    int
+	changed chan struct{}
+	// beforeSimilar, when set, runs before each fuzzy lookup.
+	beforeSimilar func(ctx context.Context) error
+}
+
+func (s *countingStore) Similar(ctx context.Context, kb string, gen uint64, tokens []string) (*cache.Entry, float64, error) {
+	if s.beforeSimilar != nil {
+		if err := s.beforeSimilar(ctx); err != nil {
+			return nil, 0, err
+		}
+	}
+	e, sim, err := s.Memory.Similar(ctx, kb, gen, tokens)
+	s.bump(func() { s.similar++ })
+	return e, sim, err
+}
+
+func (s *countingStore) Put(ctx context.Context, e *cache.Entry) error {
+	err := s.Memory.Put(ctx, e)
+	s.bump(func() { s.puts++ })
+	return err
+}
+
+func (s *countingStore) bump(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f()
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// waitFor blocks until cond holds over the counts, or ctx ends.
+func (s *countingStore) waitFor(ctx context.Context, cond func(similar, puts int) bool) error {
+	for {
+		s.mu.Lock()
+		ok, ch := cond(s.similar, s.puts), s.changed
+		s.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+type harness struct {
+	t      *testing.T
+	router *Router
+	res    *fakeResolver
+	gens   *fakeGens
+	store  *countingStore
+}
+
+func newHarness(t *testing.T, agent Agent) *harness {
+	t.Helper()
+	gens := &fakeGens{gens: map[string]uint64{"kb": 1, "other": 1}}
+	store := &countingStore{Memory: cache.NewMemory(cache.DefaultConfig(), time.Now), changed: make(chan struct{})}
+	res := &fakeResolver{before: func(ctx context.Context, n int) error {
+		// Every search starts with a query whose fuzzy lookup runs beside it.
+		return store.waitFor(ctx, func(similar, _ int) bool { return similar >= n })
+	}}
+	res.set(canned(gens))
+	return &harness{t: t, res: res, gens: gens, store: store,
+		router: New(DefaultConfig(), store, res, agent, gens, nil)}
+}
+
+func (h *harness) query(q string) *quarryv1.QueryResponse {
+	h.t.Helper()
+	resp, err := h.router.Query(context.Background(), &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: q, Explain: true}, nil)
+	if err != nil {
+		h.t.Fatalf("Query(%q): %v", q, err)
+	}
+	if resp.GetElapsed() == nil {
+		h.t.Fatalf("Query(%q): elapsed not set", q)
+	}
+	return resp
+}
+
+func wantTier(t *testing.T, resp *quarryv1.QueryResponse, tier, origin quarryv1.Tier, fromCache bool) {
+	t.Helper()
+	if resp.GetTier() != tier || resp.GetOriginTier() != origin || resp.GetFromCache() != fromCache {
+		t.Fatalf("tier %s origin %s from_cache %v; want %s origin %s from_cache %v (cache trace %v)",
+			resp.GetTier(), resp.GetOriginTier(), resp.GetFromCache(), tier, origin, fromCache, resp.GetExplain().GetCache())
+	}
+}
+
+// waitUntil spins (yielding, not sleeping) until cond holds, failing after a deadline.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		runtime.Gosched()
+	}
+}
+
+func TestValidation(t *testing.T) {
+	cases := []struct {
+		name  string
+		kb    string
+		query string
+		want  error // nil: accepted
+	}{
+		{"an empty query is invalid", "kb", "", ErrInvalidQuery},
+		{"a whitespace-only query is invalid", "kb", " \t\r\n  ", ErrInvalidQuery},
+		{"a query over the byte limit is invalid", "kb", strings.Repeat("a", 4097), ErrInvalidQuery},
+		{"a query at the byte limit is accepted", "kb", strings.Repeat("a", 4096), nil},
+		{"a query that is not UTF-8 is invalid", "kb", "rotate \xff keys", ErrInvalidQuery},
+		{"a query with NUL is invalid", "kb", "rotate\x00keys", ErrInvalidQuery},
+		{"a query with escape is invalid", "kb", "rotate \x1b[31m keys", ErrInvalidQuery},
+		{"a query with DEL is invalid", "kb", "rotate\x7fkeys", ErrInvalidQuery},
+		{"a query with a C1 control is invalid", "kb", "rotate\u0085keys", ErrInvalidQuery},
+		{"tab, newline and carriage return are accepted", "kb", "rotate\tkeys\r\nnow", nil},
+		{"non-ASCII text is accepted", "kb", "Schlüssel rotieren — wie?", nil},
+		{"an empty knowledge base id is invalid", "", "rotate keys", ErrInvalidKB},
+		{"an upper-case knowledge base id is invalid", "Team", "rotate keys", ErrInvalidKB},
+		{"a knowledge base id starting with '-' is invalid", "-team", "rotate keys", ErrInvalidKB},
+		{"a knowledge base id starting with '_' is invalid", "_team", "rotate keys", ErrInvalidKB},
+		{"a knowledge base id with '/' is invalid", "a/b", "rotate keys", ErrInvalidKB},
+		{"a knowledge base id with '.' is invalid", "kb.v1", "rotate keys", ErrInvalidKB},
+		{"a knowledge base id of 65 characters is invalid", strings.Repeat("k", 65), "rotate keys", ErrInvalidKB},
+		{"a knowledge base id of 64 characters is valid", strings.Repeat("k", 64), "rotate keys", ErrUnknownKB},
+		{"a knowledge base id of digits, '_' and '-' is valid", "0team_a-1", "rotate keys", ErrUnknownKB},
+		{"an unknown knowledge base is not found", "nope", "rotate keys", ErrUnknownKB},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			_, err := h.router.Query(context.Background(), &quarryv1.QueryRequest{KnowledgeBase: c.kb, Query: c.query}, nil)
+			if c.want == nil {
+				if err != nil {
+					t.Fatalf("Query: %v, want it accepted", err)
+				}
+				return
+			}
+			if !errors.Is(err, c.want) {
+				t.Fatalf("Query: %v, want %v", err, c.want)
+			}
+			if n := h.res.calls.Load(); n != 0 {
+				t.Fatalf("a rejected query reached the search service %d times", n)
+			}
+			if h.store.Len() != 0 {
+				t.Fatalf("a rejected query changed the cache")
+			}
+		})
+	}
+}
+
+func TestGenerationsUnavailable(t *testing.T) {
+	h := newHarness(t, nil)
+	h.gens.err = errors.New("not synced")
+	_, err := h.router.Query(context.Background(), &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "rotate keys"}, nil)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Query with unknown generations: %v, want ErrUnavailable", err)
+	}
+}
+
+func TestExactCache(t *testing.T) {
+	h := newHarness(t, nil)
+	first := h.query("How do I rotate keys?")
+	wantTier(t, first, quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, false)
+	if !first.GetExplain().GetCache().GetStored() {
+		t.Fatalf("a computed answer was not stored")
+	}
+	second := h.query("  how do I ROTATE   keys?")
+	wantTier(t, second, quarryv1.Tier_TIER_EXACT_CACHE, quarryv1.Tier_TIER_DIRECT, true)
+	if second.GetAnswer() != first.GetAnswer() || second.GetSources()[0].GetPath() != "auth/rotate-keys.md" || second.GetGeneration() != 1 {
+		t.Fatalf("exact hit served %q from %v, want the first answer", second.GetAnswer(), second.GetSources())
+	}
+	if n := h.res.calls.Load(); n != 1 {
+		t.Fatalf("Resolve called %d times, want 1: the exact hit must not search", n)
+	}
+	if got := second.GetExplain().GetCache().GetExact(); got != "hit" {
+		t.Fatalf("cache trace exact = %q, want hit", got)
+	}
+}
+
+func TestOutOfDomainIsCached(t *testing.T) {
+	h := newHarness(t, nil)
+	first := h.query("What is the weather in Paris?")
+	wantTier(t, first, quarryv1.Tier_TIER_OUT_OF_DOMAIN, quarryv1.Tier_TIER_OUT_OF_DOMAIN, false)
+	second := h.query("what is the weather in paris?")
+	wantTier(t, second, quarryv1.Tier_TIER_EXACT_CACHE, quarryv1.Tier_TIER_OUT_OF_DOMAIN, true)
+	if second.GetAnswer() != outOfDomain || h.res.calls.Load() != 1 {
+		t.Fatalf("served %q after %d searches, want the cached out-of-domain answer after 1", second.GetAnswer(), h.res.calls.Load())
+	}
+}
+
+func TestFuzzyCache(t *testing.T) {
+	cases := []struct {
+		name         string
+		cached       string
+		query        string
+		tier, origin quarryv1.Tier
+		answerFrom   string // top source of the served answer
+		verification string // substring of the trace's verification
+	}{
+		{"the same stems are served at once", "How do I rotate keys?", "rotate the keys",
+			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "same stems"},
+		{"a candidate the fresh search agrees with is served", "How do I rotate signing keys?", "rotate signing keys now",
+			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "search agrees"},
+		{"two out-of-domain questions agree", "weather forecast paris today", "weather forecast paris tomorrow",
+			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_OUT_OF_DOMAIN, "", "both out of domain"},
+		{"a candidate whose top source differs is rejected (rotate vs revoke)", "How do I rotate the jwt api token?", "How do I revoke the jwt api token?",
+			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "auth/revoke-token.md", "differs"},
+		{"a candidate whose route differs is rejected", "weather forecast paris today", "weather forecast paris rotate",
+			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "routes to"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			h.query(c.cached)
+			resp := h.query(c.query)
+			wantTier(t, resp, c.tier, c.origin, c.tier == quarryv1.Tier_TIER_FUZZY_CACHE)
+			if got := topPath(resp.GetSources()); got != c.answerFrom {
+				t.Fatalf("served the answer from %q, want %q", got, c.answerFrom)
+			}
+			ct := resp.GetExplain().GetCache()
+			if ct.GetFuzzyCandidate() == "" || !strings.Contains(ct.GetFuzzyVerification(), c.verification) {
+				t.Fatalf("cache trace %v, want a candidate verified or rejected with %q", ct, c.verification)
+			}
+		})
+	}
+}
+
+func TestAnswerComputedDuringTheFuzzyLookupIsNotAHit(t *testing.T) {
+	h := newHarness(t, nil)
+	h.res.before = nil
+	h.store.beforeSimilar = func(ctx context.Context) error {
+		return h.store.waitFor(ctx, func(_, puts int) bool { return puts >= 1 })
+	}
+	resp := h.query("How do I rotate keys?")
+	wantTier(t, resp, quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, false)
+	if got := resp.GetExplain().GetCache().GetFuzzy(); !strings.HasPrefix(got, "skipped") {
+		t.Fatalf("fuzzy outcome %q, want skipped: the question's own answer is not a fuzzy hit", got)
+	}
+}
+
+func TestSpeculativeSearchIsCancelledOnFuzzyHit(t *testing.T) {
+	h := newHarness(t, nil)
+	h.query("How do I rotate keys?")
+
+	cancelled := make(chan error, 1)
+	h.res.set(func(ctx context.Context, _ *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error) {
+		<-ctx.Done()
+		cancelled <- ctx.Err()
+		return nil, ctx.Err()
+	})
+	resp := h.query("rotate the keys")
+	wantTier(t, resp, quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, true)
+	select {
+	case err := <-cancelled:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("speculative search ended with %v, want cancellation", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the speculative search was not cancelled after the fuzzy hit")
+	}
+	if n := h.res.calls.Load(); n != 2 {
+		t.Fatalf("Resolve called %d times, want 2 (one answer, one speculative)", n)
+	}
+}
+
+func TestCacheAnswersWhileSearchIsDown(t *testing.T) {
+	h := newHarness(t, nil)
+	h.query("How do I rotate keys?")
+	h.res.set(func(context.Context, *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error) {
+		return nil, errors.New("connection refused")
+	})
+	wantTier(t, h.query("how do i rotate keys?"), quarryv1.Tier_TIER_EXACT_CACHE, quarryv1.Tier_TIER_DIRECT, true)
+	wantTier(t, h.query("rotate the keys"), quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, true)
+
+	_, err := h.router.Query(context.Background(), &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "rotate signing keys now"}, nil)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("unverifiable fuzzy candidate with search down: %v, want ErrUnavailable", err)
+	}
+	_, err = h.router.Query(context.Background(), &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "revoke a token"}, nil)
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("new question with search down: %v, want ErrUnavailable wrapping the cause", err)
+	}
+}
+
+func TestGenerationChangeMakesOldAnswersUnreachable(t *testing.T) {
+	h := newHarness(t, nil)
+	h.query("How do I rotate keys?")
+	h.gens.set("kb", 2)
+	resp := h.query("How do I rotate keys?")
+	wantTier(t, resp, quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, false)
+	if resp.GetGeneration() != 2 {
+		t.Fatalf("answer generation %d, want 2", resp.GetGeneration())
+	}
+	if n := h.res.calls.Load(); n != 2 {
+		t.Fatalf("Resolve called %d times, want 2", n)
+	}
+	if got := h.query("rotate the keys"); got.GetGeneration() != 2 {
+		t.Fatalf("fuzzy hit served generation %d, want 2", got.GetGeneration())
+	}
+	// Another knowledge base never sees this one's answers.
+	resp, err := h.router.Query(context.Background(), &quarryv1.QueryRequest{KnowledgeBase: "other", Query: "How do I rotate keys?"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTier(t, resp, quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, false)
+}
+
+func TestLLMRoutes(t *testing.T) {
+	cases := []struct {
+		name     string
+		agent    Agent
+		degraded string // reason; "" for an LLM answer
+		cached   bool   // a configuration without an LLM is cached; a failure is not
+	}{
+		{"no agent gives the extractive fallback, cached", nil, "no agent configured", true},
+		{"an agent without a provider gives the extractive fallback, cached",
+			agentFunc(func(context.Context, *quarryv1.AnswerRequest, func(string)) (*quarryv1.AgentAnswer, error) {
+				return nil, fmt.Errorf("agent: %w", ErrNoProvider)
+			}), "no LLM provider configured", true},
+		{"an agent out of time gives the extractive fallback, not cached",
+			agentFunc(func(context.Context, *quarryv1.AnswerRequest, func(string)) (*quarryv1.AgentAnswer, error) {
+				return nil, context.DeadlineExceeded
+			}), "did not answer in time", false},
+		{"an unreachable agent gives the extractive fallback, not cached",
+			agentFunc(func(context.Context, *quarryv1.AnswerRequest, func(string)) (*quarryv1.AgentAnswer, error) {
+				return nil, errors.New("connection refused")
+			}), "unavailable", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, c.agent)
+			for i := range 2 {
+				resp := h.query("What is our design review process?")
+				if c.cached && i == 1 {
+					wantTier(t, resp, quarryv1.Tier_TIER_EXACT_CACHE, quarryv1.Tier_TIER_SINGLE_LLM, true)
+				} else {
+					wantTier(t, resp, quarryv1.Tier_TIER_SINGLE_LLM, quarryv1.Tier_TIER_SINGLE_LLM, false)
+				}
+				if !resp.GetDegraded() || !strings.Contains(resp.GetDegradedReason(), c.degraded) || resp.GetAnswer() != "Extract from arch/design.md." {
+					t.Fatalf("degraded %v (%q) answer %q; want the fallback, degraded because %q",
+						resp.GetDegraded(), resp.GetDegradedReason(), resp.GetAnswer(), c.degraded)
+				}
+			}
+			want := int64(2)
+			if c.cached {
+				want = 1
+			}
+			if n := h.res.calls.Load(); n != want {
+				t.Fatalf("Resolve called %d times, want %d", n, want)
+			}
+		})
+	}
+}
+
+func TestAgentAnswerIsStreamedAndCached(t *testing.T) {
+	var got *quarryv1.AnswerRequest
+	agent := agentFunc(func(_ context.Context, req *quarryv1.AnswerRequest, onDelta func(string)) (*quarryv1.AgentAnswer, error) {
+		got = req
+		onDelta("Design reviews ")
+		onDelta("happen weekly.")
+		return &quarryv1.AgentAnswer{
+			Answer:  "Design reviews happen weekly.",
+			Sources: []*quarryv1.Source{{Path: "arch/reviews.md"}, {Path: "arch/design.md"}},
+			Llm:     &quarryv1.LlmTrace{Model: "test-model", Calls: 1},
+		}, nil
+	})
+	h := newHarness(t, agent)
+	var streamed strings.Builder
+	resp, err := h.router.Query(context.Background(),
+		&quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "What is our design review process?", Explain: true},
+		func(d string) { streamed.WriteString(d) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTier(t, resp, quarryv1.Tier_TIER_SINGLE_LLM, quarryv1.Tier_TIER_SINGLE_LLM, false)
+	if streamed.String() != resp.GetAnswer() || resp.GetDegraded() {
+		t.Fatalf("streamed %q, final %q (degraded %v); want the deltas to make up the answer", streamed.String(), resp.GetAnswer(), resp.GetDegraded())
+	}
+	if got.GetTier() != quarryv1.Tier_TIER_SINGLE_LLM || got.GetGeneration() != 1 || got.GetKnowledgeBase() != "kb" {
+		t.Fatalf("agent asked %v, want the routed tier and generation", got)
+	}
+	if paths := []string{resp.GetSources()[0].GetPath(), resp.GetSources()[1].GetPath()}; len(resp.GetSources()) != 2 ||
+		paths[0] != "arch/design.md" || paths[1] != "arch/reviews.md" {
+		t.Fatalf("sources %v, want the search's ranked sources first, then what the agent read", resp.GetSources())
+	}
+	if resp.GetExplain().GetLlm().GetModel() != "test-model" || !hasStage(resp, "agent") {
+		t.Fatalf("explain %v, want the LLM trace and an agent stage", resp.GetExplain())
+	}
+	cached := h.query("what is our design review process?")
+	wantTier(t, cached, quarryv1.Tier_TIER_EXACT_CACHE, quarryv1.Tier_TIER_SINGLE_LLM, true)
+}
+
+func hasStage(resp *quarryv1.QueryResponse, name string) bool {
+	for _, s := range resp.GetExplain().GetStages() {
+		if s.GetName() == name {
+			return true
+		}
+	}
+	return false
+}
+
+func TestExplainTrace(t *testing.T) {
+	h := newHarness(t, nil)
+	resp := h.query("How do I rotate keys?")
+	var names []string
+	for _, s := range resp.GetExplain().GetStages() {
+		names = append(names, s.GetName())
+		if s.GetDuration() == nil {
+			t.Fatalf("stage %q has no duration", s.GetName())
+		}
+	}
+	if got, want := strings.Join(names, ","), "normalise,exact_cache,fuzzy_cache,resolve,search"; got != want {
+		t.Fatalf("stages %s, want %s", got, want)
+	}
+	ex := resp.GetExplain()
+	if ex.GetGate().GetDirectDecision() != "canned" || ex.GetCache().GetNormalisedQuery() != "how do i rotate keys?" ||
+		strings.Join(ex.GetCache().GetTokens(), " ") != "rotate keys" || ex.GetCache().GetExact() != "miss" || ex.GetCache().GetFuzzy() != "miss" {
+		t.Fatalf("explain %v, want the gate trace and both cache outcomes", ex)
+	}
+	plain, err := h.router.Query(context.Background(), &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "rotate keys please"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.GetExplain() != nil || plain.GetElapsed() == nil {
+		t.Fatalf("untraced response has explain %v, elapsed %v; want no trace and an elapsed time", plain.GetExplain(), plain.GetElapsed())
+	}
+}
+
+func TestConcurrentIdenticalMissesSearchOnce(t *testing.T) {
+	h := newHarness(t, nil)
+	release := make(chan struct{})
+	search := canned(h.gens)
+	h.res.set(func(ctx context.Context, req *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error) {
+		<-release
+		return search(ctx, req)
+	})
+	const n = 100
+	var wg sync.WaitGroup
+	resps := make([]*quarryv1.QueryResponse, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			resps[i], errs[i] = h.router.Query(context.Background(),
+				&quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "How do I rotate the signing keys?"}, nil)
+		})
+	}
+	key := flightKey("kb", 1, "how do i rotate the signing keys?", false)
+	waitUntil(t, "all callers wait on one search", func() bool { return h.router.resolves.inFlight(key) == n })
+	close(release)
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("caller %d: %v", i, errs[i])
+		}
+		wantTier(t, resps[i], quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, false)
+	}
+	if got := h.res.calls.Load(); got != 1 {
+		t.Fatalf("Resolve called %d times for %d identical questions, want 1", got, n)
+	}
+}
+
+func TestSearchIsCancelledOnlyWhenEveryCallerLeaves(t *testing.T) {
+	h := newHarness(t, nil)
+	release := make(chan struct{})
+	ended := make(chan error, 2)
+	search := canned(h.gens)
+	h.res.set(func(ctx context.Context, req *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error) {
+		select {
+		case <-release:
+			ended <- ctx.Err()
+			return search(ctx, req)
+		case <-ctx.Done():
+			ended <- ctx.Err()
+			return nil, ctx.Err()
+		}
+	})
+	req := &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "How do I rotate the signing keys?"}
+	key := flightKey("kb", 1, "how do i rotate the signing keys?", false)
+
+	// One caller of two gives up: the search goes on for the other.
+	ctxA, cancelA := context.WithCancel(context.Background())
+	errA := make(chan error, 1)
+	go func() { _, err := h.router.Query(ctxA, req, nil); errA <- err }()
+	respB := make(chan *quarryv1.QueryResponse, 1)
+	go func() { resp, _ := h.router.Query(context.Background(), req, nil); respB <- resp }()
+	waitUntil(t, "both callers wait", func() bool { return h.router.resolves.inFlight(key) == 2 })
+	cancelA()
+	if err := <-errA; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled caller got %v, want context.Canceled", err)
+	}
+	waitUntil(t, "one caller waits", func() bool { return h.router.resolves.inFlight(key) == 1 })
+	close(release)
+	if err := <-ended; err != nil {
+		t.Fatalf("the search saw %v while a caller still waited", err)
+	}
+	wantTier(t, <-respB, quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, false)
+
+	// The only caller gives up: the search is cancelled, and the next caller starts anew.
+	h.gens.set("kb", 2)
+	h.res.set(func(ctx context.Context, _ *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error) {
+		<-ctx.Done()
+		ended <- ctx.Err()
+		return nil, ctx.Err()
+	})
+	ctxC, cancelC := context.WithCancel(context.Background())
+	go func() { _, err := h.router.Query(ctxC, req, nil); errA <- err }()
+	waitUntil(t, "the caller waits", func() bool {
+		return h.router.resolves.inFlight(flightKey("kb", 2, "how do i rotate the signing keys?", false)) == 1
+	})
+	cancelC()
+	if err := <-errA; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled caller got %v", err)
+	}
+	if err := <-ended; !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned search ended with %v, want cancellation", err)
+	}
+	h.res.set(canned(h.gens))
+	wantTier(t, h.query("How do I rotate the signing keys?"), quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, false)
+}
+
+func TestLateCallerReceivesTheWholeStream(t *testing.T) {
+	release := make(chan struct{})
+	agent := agentFunc(func(ctx context.Context, _ *quarryv1.AnswerRequest, onDelta func(string)) (*quarryv1.AgentAnswer, error) {
+		onDelta("Design reviews ")
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		onDelta("happen weekly.")
+		return &quarryv1.AgentAnswer{Answer: "Design reviews happen weekly."}, nil
+	})
+	h := newHarness(t, agent)
+	req := &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "What is our design review process?"}
+	var streams [2]strings.Builder
+	var wg sync.WaitGroup
+	for i := range streams {
+		wg.Go(func() {
+			resp, err := h.router.Query(context.Background(), req, func(d string) { streams[i].WriteString(d) })
+			if err != nil || resp.GetAnswer() != "Design reviews happen weekly." {
+				t.Errorf("caller %d: %v, %q", i, err, resp.GetAnswer())
+			}
+		})
+		key := flightKey("kb", 1, "what is our design review process?", false)
+		waitUntil(t, "the caller waits on the agent", func() bool { return h.router.answers.inFlight(key) == i+1 })
+	}
+	close(release)
+	wg.Wait()
+	for i := range streams {
+		if got := streams[i].String(); got != "Design reviews happen weekly." {
+			t.Fatalf("caller %d streamed %q, want the whole answer", i, got)
+		}
+	}
+}
+
+// brokenStore is a cache that has gone away, as Redis might.
+type brokenStore struct{}
+
+var errCacheDown = errors.New("cache: connection refused")
+
+func (brokenStore) Get(context.Context, string, uint64, string) (*cache.Entry, error) {
+	return nil, errCacheDown
+}
+func (brokenStore) Similar(context.Context, string, uint64, []string) (*cache.Entry, float64, error) {
+	return nil, 0, errCacheDown
+}
+func (brokenStore) Put(context.Context, *cache.Entry) error { return errCacheDown }
+
+func TestQueriesAreAnsweredWithoutACache(t *testing.T) {
+	gens := &fakeGens{gens: map[string]uint64{"kb": 1}}
+	res := &fakeResolver{}
+	res.set(canned(gens))
+	r := New(DefaultConfig(), brokenStore{}, res, nil, gens, nil)
+	for range 2 {
+		resp, err := r.Query(context.Background(), &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "How do I rotate keys?", Explain: true}, nil)
+		if err != nil {
+			t.Fatalf("Query with the cache down: %v", err)
+		}
+		wantTier(t, resp, quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, false)
+		ct := resp.GetExplain().GetCache()
+		if ct.GetStored() || !strings.HasPrefix(ct.GetExact(), "error") || !strings.HasPrefix(ct.GetFuzzy(), "error") {
+			t.Fatalf("cache trace %v, want both lookups failed and nothing stored", ct)
+		}
+	}
+}
+
+func TestUnreadableCacheEntryIsAMiss(t *testing.T) {
+	h := newHarness(t, nil)
+	garbage := &cache.Entry{KB: "kb", Generation: 1, Query: "how do i rotate keys?", Tokens: []string{"rotate", "keys"}, Value: []byte{0xff, 0xff, 0xff}}
+	if err := h.store.Put(context.Background(), garbage); err != nil {
+		t.Fatal(err)
+	}
+	resp := h.query("How do I rotate keys?")
+	wantTier(t, resp, quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, false)
+	if got := resp.GetExplain().GetCache().GetExact(); !strings.Contains(got, "decode") {
+		t.Fatalf("exact outcome %q, want the decode error", got)
+	}
+	wantTier(t, h.query("how do i rotate keys?"), quarryv1.Tier_TIER_EXACT_CACHE, quarryv1.Tier_TIER_DIRECT, true)
+}

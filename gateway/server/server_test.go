@@ -1,0 +1,289 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quarry-router/quarry/gateway/cache"
+	"github.com/quarry-router/quarry/gateway/route"
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/grpcx"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	protoenc "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const internalAddr = "10.1.2.3:7701"
+
+// fakeSearch routes by the query's first word.
+type fakeSearch struct{}
+
+func (fakeSearch) Resolve(ctx context.Context, req *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error) {
+	switch strings.Fields(req.GetQuery())[0] {
+	case "rotate":
+		return &quarryv1.ResolveResponse{Route: quarryv1.Tier_TIER_DIRECT, Answer: "Use keyctl.", Generation: 1,
+			Sources: []*quarryv1.Source{{Path: "auth/keys.md"}}}, nil
+	case "design":
+		return &quarryv1.ResolveResponse{Route: quarryv1.Tier_TIER_SINGLE_LLM, Answer: "fallback", Generation: 1}, nil
+	case "down":
+		return nil, fmt.Errorf("dial tcp %s: connection refused", internalAddr)
+	case "slow":
+		<-ctx.Done()
+		return nil, ctx.Err()
+	default:
+		// A route the gateway does not know: a bug, reported as INTERNAL.
+		return &quarryv1.ResolveResponse{Route: quarryv1.Tier_TIER_EXACT_CACHE, Generation: 1}, nil
+	}
+}
+
+type fakeAgent struct{}
+
+func (fakeAgent) Answer(_ context.Context, _ *quarryv1.AnswerRequest, onDelta func(string)) (*quarryv1.AgentAnswer, error) {
+	for _, d := range []string{"Reviews ", "are ", "weekly."} {
+		onDelta(d)
+	}
+	return &quarryv1.AgentAnswer{Answer: "Reviews are weekly."}, nil
+}
+
+type fakeGens struct{}
+
+func (fakeGens) Generation(kb string) (uint64, bool, error) { return 1, kb == "kb", nil }
+
+func start(t *testing.T) quarryv1.QueryServiceClient {
+	return quarryv1.NewQueryServiceClient(startConn(t))
+}
+
+// startConn serves the QueryService on a loopback socket and returns a connection to it.
+func startConn(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	router := route.New(route.DefaultConfig(), cache.NewMemory(cache.DefaultConfig(), time.Now), fakeSearch{}, fakeAgent{}, fakeGens{}, log)
+	srv := grpcx.NewServer(log, Options()...)
+	quarryv1.RegisterQueryServiceServer(srv, New(router, log))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	conn, err := grpcx.Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return conn
+}
+
+func TestQueryStatusCodes(t *testing.T) {
+	client := start(t)
+	cases := []struct {
+		name    string
+		kb      string
+		query   string
+		timeout time.Duration
+		code    codes.Code
+		message string // substring of the status message
+	}{
+		{"an answer is OK", "kb", "rotate keys", 0, codes.OK, ""},
+		{"an empty query is INVALID_ARGUMENT", "kb", "  ", 0, codes.InvalidArgument, "query is empty"},
+		{"an oversized query is INVALID_ARGUMENT", "kb", strings.Repeat("x", 5000), 0, codes.InvalidArgument, "limit is 4096"},
+		{"a malformed knowledge base id is INVALID_ARGUMENT", "../etc", "rotate keys", 0, codes.InvalidArgument, "knowledge base"},
+		{"an unknown knowledge base is NOT_FOUND", "nope", "rotate keys", 0, codes.NotFound, `"nope"`},
+		{"search down is UNAVAILABLE", "kb", "down keys", 0, codes.Unavailable, "unavailable"},
+		{"a query past its deadline is DEADLINE_EXCEEDED", "kb", "slow keys", 200 * time.Millisecond, codes.DeadlineExceeded, ""},
+		{"a bug is INTERNAL", "kb", "bogus keys", 0, codes.Internal, "internal error"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			if c.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, c.timeout)
+				defer cancel()
+			}
+			resp, err := client.Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: c.kb, Query: c.query})
+			st := status.Convert(err)
+			if st.Code() != c.code || !strings.Contains(st.Message(), c.message) {
+				t.Fatalf("status %s %q, want %s containing %q", st.Code(), st.Message(), c.code, c.message)
+			}
+			if strings.Contains(st.Message(), internalAddr) || strings.Contains(st.Message(), "EXACT_CACHE") {
+				t.Fatalf("status message %q leaks internals", st.Message())
+			}
+			if c.code == codes.OK && (resp.GetTier() != quarryv1.Tier_TIER_DIRECT || resp.GetAnswer() != "Use keyctl.") {
+				t.Fatalf("response %v, want the direct answer", resp)
+			}
+		})
+	}
+}
+
+func TestQueryCancelledByTheCaller(t *testing.T) {
+	client := start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := client.QueryStream(ctx, &quarryv1.QueryStreamRequest{Request: &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "slow keys"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if _, err := stream.Recv(); status.Code(err) != codes.Canceled {
+		t.Fatalf("Recv after cancel: %v, want CANCELED", err)
+	}
+}
+
+func TestQueryStreamSendsDeltasThenTheFinalResponse(t *testing.T) {
+	client := start(t)
+	stream, err := client.QueryStream(context.Background(), &quarryv1.QueryStreamRequest{
+		Request: &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "design reviews"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deltas strings.Builder
+	var final *quarryv1.QueryResponse
+	for {
+		ev, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if final != nil {
+			t.Fatalf("event %v after the final response", ev)
+		}
+		switch e := ev.GetEvent().(type) {
+		case *quarryv1.QueryStreamResponse_Delta:
+			deltas.WriteString(e.Delta)
+		case *quarryv1.QueryStreamResponse_Final:
+			final = e.Final
+		}
+	}
+	if final == nil || final.GetTier() != quarryv1.Tier_TIER_SINGLE_LLM || deltas.String() != final.GetAnswer() {
+		t.Fatalf("deltas %q, final %v; want deltas that make up the SINGLE_LLM answer", deltas.String(), final)
+	}
+
+	bad, err := client.QueryStream(context.Background(), &quarryv1.QueryStreamRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bad.Recv(); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("stream without a request: %v, want INVALID_ARGUMENT", err)
+	}
+}
+
+// rawRequest is a request already in wire format, so a test can send bytes the
+// standard codec refuses to produce.
+type rawRequest []byte
+
+type rawCodec struct{ encoding.CodecV2 }
+
+func (c rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if r, ok := v.(rawRequest); ok {
+		return mem.BufferSlice{mem.SliceBuffer(r)}, nil
+	}
+	return c.CodecV2.Marshal(v)
+}
+
+func queryWire(kb, query string) []byte {
+	var b []byte
+	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	b = protowire.AppendString(b, kb)
+	b = protowire.AppendTag(b, 2, protowire.BytesType)
+	b = protowire.AppendString(b, query)
+	b = protowire.AppendTag(b, 3, protowire.VarintType)
+	return protowire.AppendVarint(b, 1)
+}
+
+func TestNonUTF8QueryIsInvalidArgument(t *testing.T) {
+	conn := startConn(t)
+	codec := grpc.ForceCodecV2(rawCodec{encoding.GetCodecV2(protoenc.Name)})
+	ctx := context.Background()
+
+	var resp quarryv1.QueryResponse
+	err := conn.Invoke(ctx, "/quarry.v1.QueryService/Query", rawRequest(queryWire("kb", "rotate \xff keys")), &resp, codec)
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "UTF-8") {
+		t.Fatalf("Query with a non-UTF-8 query: %v, want INVALID_ARGUMENT naming UTF-8", err)
+	}
+	// The lenient decoding still reads every field of a well-formed request.
+	if err := conn.Invoke(ctx, "/quarry.v1.QueryService/Query", rawRequest(queryWire("kb", "rotate keys")), &resp, codec); err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetExplain() == nil || resp.GetTier() != quarryv1.Tier_TIER_DIRECT {
+		t.Fatalf("response %v, want a traced direct answer", &resp)
+	}
+
+	var stream []byte
+	stream = protowire.AppendTag(stream, 1, protowire.BytesType)
+	stream = protowire.AppendBytes(stream, queryWire("kb", "design \xfe"))
+	desc := &grpc.StreamDesc{ServerStreams: true}
+	s, err := conn.NewStream(ctx, desc, "/quarry.v1.QueryService/QueryStream", codec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SendMsg(rawRequest(stream)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var ev quarryv1.QueryStreamResponse
+	if err := s.RecvMsg(&ev); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("QueryStream with a non-UTF-8 query: %v, want INVALID_ARGUMENT", err)
+	}
+	if _, err := decodeQueryRequestBytes([]byte{0xff}); err == nil {
+		t.Fatal("a malformed message decoded without error")
+	}
+}
+
+func decodeQueryRequestBytes(b []byte) (*quarryv1.QueryRequest, error) {
+	m := &quarryv1.QueryRequest{}
+	return m, decodeQueryRequest(b, m)
+}
+
+func TestToStatus(t *testing.T) {
+	cases := []struct {
+		name string
+		err  error
+		code codes.Code
+	}{
+		{"invalid query", fmt.Errorf("%w: query is empty", route.ErrInvalidQuery), codes.InvalidArgument},
+		{"invalid knowledge base", fmt.Errorf("%w \"A\"", route.ErrInvalidKB), codes.InvalidArgument},
+		{"unknown knowledge base", fmt.Errorf("%w \"x\"", route.ErrUnknownKB), codes.NotFound},
+		{"unavailable wins over the deadline it wraps", fmt.Errorf("%w: resolve: %w", route.ErrUnavailable, context.DeadlineExceeded), codes.Unavailable},
+		{"deadline", context.DeadlineExceeded, codes.DeadlineExceeded},
+		{"cancelled", fmt.Errorf("wait: %w", context.Canceled), codes.Canceled},
+		{"anything else", errors.New("boom at 10.0.0.1"), codes.Internal},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st := status.Convert(toStatus(c.err))
+			if st.Code() != c.code {
+				t.Fatalf("toStatus(%v) = %s, want %s", c.err, st.Code(), c.code)
+			}
+			if c.code == codes.Internal && strings.Contains(st.Message(), "10.0.0.1") {
+				t.Fatalf("INTERNAL message %q leaks the cause", st.Message())
+			}
+		})
+	}
+}
