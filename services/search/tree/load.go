@@ -1,0 +1,288 @@
+package tree
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+)
+
+const (
+	indexName   = "_index.md"
+	archiveDir  = "_archived"
+	stubSuffix  = ".stub.md"
+	mdSuffix    = ".md"
+	utf8BOM     = "\ufeff"
+	hiddenStart = "."
+)
+
+// Load reads the knowledge base under root. Every open goes through an os.Root, so no
+// path in the tree can reach outside it, and symbolic links are never followed: a link
+// (to a file or a folder, inside the tree or not) is skipped and recorded. Hidden files
+// and folders and files not ending in ".md" are ignored. A file that is too large, not
+// UTF-8, holds NUL bytes, or has front matter that fails to parse or sets an invalid
+// importance or maturity is skipped and recorded in Tree.Skipped with the reason; it
+// never fails the load. Load fails when root cannot be opened, when ctx ends, or when the
+// tree holds more than cfg.MaxFiles markdown files (ErrTooManyFiles). The zero Config
+// means DefaultConfig(); any other must pass Validate.
+func Load(ctx context.Context, root string, cfg Config, log *slog.Logger) (*Tree, error) {
+	if cfg == (Config{}) {
+		cfg = DefaultConfig()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("load %s: %w", root, err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", root, err)
+	}
+	defer r.Close()
+	l := &loader{ctx: ctx, root: r, rootName: rootName(root), cfg: cfg, log: log}
+	if err := fs.WalkDir(r.FS(), ".", l.visit); err != nil {
+		return nil, fmt.Errorf("load %s: %w", root, err)
+	}
+	return newTree(root, l.docs, l.skipped), nil
+}
+
+// rootName is the title fallback of the root folder's _index.md.
+func rootName(root string) string {
+	if abs, err := filepath.Abs(root); err == nil {
+		root = abs
+	}
+	return filepath.Base(root)
+}
+
+type loader struct {
+	ctx      context.Context
+	root     *os.Root
+	rootName string
+	cfg      Config
+	log      *slog.Logger
+	files    int
+	docs     []*Document
+	skipped  []Skip
+}
+
+func (l *loader) skip(p, reason string) {
+	l.log.Warn("skipped", "path", p, "reason", reason)
+	l.skipped = append(l.skipped, Skip{Path: p, Reason: reason})
+}
+
+func (l *loader) visit(p string, d fs.DirEntry, err error) error {
+	if cerr := l.ctx.Err(); cerr != nil {
+		return cerr
+	}
+	if err != nil {
+		if p == "." {
+			return err
+		}
+		l.skip(p, fmt.Sprintf("unreadable: %v", cause(err)))
+		return nil
+	}
+	if p == "." {
+		return nil
+	}
+	name := d.Name()
+	if strings.HasPrefix(name, hiddenStart) {
+		l.log.Debug("ignored hidden entry", "path", p)
+		if d.IsDir() {
+			return fs.SkipDir
+		}
+		return nil
+	}
+	if d.Type()&fs.ModeSymlink != 0 {
+		l.skip(p, "symbolic link (links are never followed)")
+		return nil
+	}
+	if d.IsDir() {
+		if depth := strings.Count(p, "/") + 1; depth > l.cfg.MaxDepth {
+			l.skip(p, fmt.Sprintf("folder deeper than %d levels", l.cfg.MaxDepth))
+			return fs.SkipDir
+		}
+		return nil
+	}
+	if !strings.HasSuffix(name, mdSuffix) {
+		return nil
+	}
+	if !d.Type().IsRegular() {
+		l.skip(p, "not a regular file")
+		return nil
+	}
+	l.files++
+	if l.files > l.cfg.MaxFiles {
+		return fmt.Errorf("%w: more than %d markdown files", ErrTooManyFiles, l.cfg.MaxFiles)
+	}
+	if path.Base(path.Dir(p)) == archiveDir && !strings.HasSuffix(name, stubSuffix) {
+		// Archiving replaces a file by its ghost cue; an original left beside the stub
+		// would bring archived knowledge back into search at full weight.
+		l.skip(p, "archived original: only "+stubSuffix+" ghost cues are loaded from "+archiveDir)
+		return nil
+	}
+	doc, notes, err := l.read(p)
+	if err != nil {
+		l.skip(p, err.Error())
+		return nil
+	}
+	for _, n := range notes {
+		l.log.Info("front matter", "path", p, "note", n)
+	}
+	l.docs = append(l.docs, doc)
+	return nil
+}
+
+// read opens one file through the root without following a final symbolic link, and
+// checks that what was opened is the regular file the walk saw: a file swapped for a
+// link or a FIFO between listing and opening is skipped rather than read.
+func (l *loader) read(p string) (*Document, []string, error) {
+	lfi, err := l.root.Lstat(p)
+	if err != nil {
+		return nil, nil, fmt.Errorf("stat: %w", cause(err))
+	}
+	if !lfi.Mode().IsRegular() {
+		return nil, nil, errors.New("not a regular file")
+	}
+	// O_NONBLOCK keeps a FIFO swapped in after the Lstat from blocking the open.
+	f, err := l.root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open: %w", cause(err))
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, fmt.Errorf("stat: %w", err)
+	}
+	if !fi.Mode().IsRegular() || !os.SameFile(lfi, fi) {
+		return nil, nil, errors.New("changed while loading (not the regular file that was listed)")
+	}
+	if fi.Size() > l.cfg.MaxFileBytes {
+		return nil, nil, fmt.Errorf("%d bytes, over the %d-byte limit", fi.Size(), l.cfg.MaxFileBytes)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, l.cfg.MaxFileBytes+1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read: %w", err)
+	}
+	if int64(len(data)) > l.cfg.MaxFileBytes {
+		return nil, nil, fmt.Errorf("over the %d-byte limit", l.cfg.MaxFileBytes)
+	}
+	return parseDocument(p, data, fi.ModTime(), l.rootName, l.cfg)
+}
+
+// parseDocument builds a Document from a file's bytes. It returns notes on front matter
+// problems that did not cost the file.
+func parseDocument(p string, data []byte, mtime time.Time, rootName string, cfg Config) (*Document, []string, error) {
+	if bytes.IndexByte(data, 0) >= 0 {
+		return nil, nil, errors.New("holds NUL bytes (binary file)")
+	}
+	if !utf8.Valid(data) {
+		return nil, nil, errors.New("not valid UTF-8")
+	}
+	data = bytes.TrimPrefix(data, []byte(utf8BOM))
+	fmBytes, body, err := splitFrontMatter(data, cfg.MaxFrontMatterBytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	fm, err := parseFrontMatter(fmBytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	name := path.Base(p)
+	doc := &Document{
+		Path:       p,
+		Title:      fm.title,
+		Content:    strings.ReplaceAll(string(body), "\r\n", "\n"),
+		Tags:       fm.tags,
+		Related:    fm.related,
+		Importance: cfg.DefaultImportance,
+		Maturity:   fm.maturity,
+		Updated:    mtime,
+		Summary:    name == indexName,
+		Archived:   path.Base(path.Dir(p)) == archiveDir && strings.HasSuffix(name, stubSuffix),
+		Extra:      fm.extra,
+	}
+	if fm.hasImportance {
+		doc.Importance = fm.importance
+	}
+	if fm.hasUpdated {
+		doc.Updated = fm.updated
+	}
+	if doc.Title == "" {
+		doc.Title = firstHeading(doc.Content)
+	}
+	if doc.Title == "" {
+		doc.Title = fallbackTitle(p, rootName)
+	}
+	return doc, fm.notes, nil
+}
+
+// firstHeading returns the text of the first level-one ATX heading ("# Title") outside
+// fenced code blocks, where "# " usually starts a shell comment.
+func firstHeading(content string) string {
+	fence := ""
+	for line := range strings.Lines(content) {
+		line = strings.TrimRight(line, "\r\n")
+		trimmed := strings.TrimLeft(line, " ")
+		if len(line)-len(trimmed) > 3 {
+			continue // indented code
+		}
+		if fence != "" {
+			if strings.HasPrefix(trimmed, fence) {
+				fence = ""
+			}
+			continue
+		}
+		if strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~") {
+			fence = trimmed[:3]
+			continue
+		}
+		if rest, ok := strings.CutPrefix(trimmed, "# "); ok {
+			rest = strings.TrimSpace(rest)
+			// A closing sequence of #s is not part of the heading.
+			if t := strings.TrimRight(rest, "#"); t != rest && (t == "" || strings.HasSuffix(t, " ")) {
+				rest = strings.TrimSpace(t)
+			}
+			if t := cleanTitle(rest); t != "" {
+				return t
+			}
+		}
+	}
+	return ""
+}
+
+// fallbackTitle names a document after its file: "rotation.md" → "rotation", a stub
+// "rotation.stub.md" → "rotation", and a folder summary after its folder.
+func fallbackTitle(p, rootName string) string {
+	name := path.Base(p)
+	if name == indexName {
+		if dir := path.Dir(p); dir != "." {
+			return path.Base(dir)
+		}
+		return rootName
+	}
+	if t, ok := strings.CutSuffix(name, stubSuffix); ok && t != "" {
+		return t
+	}
+	return strings.TrimSuffix(name, mdSuffix)
+}
+
+// cause drops the *PathError wrapper, whose path (absolute, through the root) would only
+// repeat the relative path already recorded.
+func cause(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}

@@ -1,0 +1,177 @@
+package tree
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Errors returned for paths and lookups.
+var (
+	// ErrOutsideTree means a path is absolute or climbs out of the tree with "..".
+	ErrOutsideTree = errors.New("path outside the knowledge base")
+	// ErrInvalidPath means a path holds bytes no tree path may hold (backslash, NUL,
+	// control characters, invalid UTF-8) or is too long.
+	ErrInvalidPath = errors.New("invalid path")
+	// ErrNotFound means the path is well formed but names no document or folder.
+	ErrNotFound = errors.New("not found")
+	// ErrTooManyFiles means a tree holds more markdown files than Config.MaxFiles.
+	ErrTooManyFiles = errors.New("too many files")
+)
+
+// maxPathBytes bounds user-supplied paths; no real tree path comes near it, and it keeps
+// error messages and map lookups small.
+const maxPathBytes = 1024
+
+// CleanPath validates a user-supplied path relative to the tree root and returns it in
+// canonical form: forward slashes, no "./" prefix, no trailing slash, "" for the root.
+// Any ".." segment is rejected with ErrOutsideTree, even one that would clean to a path
+// inside the tree: a caller that writes ".." is probing, and accepting it would make the
+// rule depend on path arithmetic that is easy to get wrong. Absolute paths (including
+// Windows drive paths) also get ErrOutsideTree; backslashes, NUL, control characters and
+// invalid UTF-8 get ErrInvalidPath.
+func CleanPath(p string) (string, error) {
+	if len(p) > maxPathBytes {
+		return "", fmt.Errorf("%w: longer than %d bytes", ErrInvalidPath, maxPathBytes)
+	}
+	if !utf8.ValidString(p) {
+		return "", fmt.Errorf("%w: not valid UTF-8", ErrInvalidPath)
+	}
+	for _, r := range p {
+		switch {
+		case r == '\\':
+			return "", fmt.Errorf("%w: %q has a backslash", ErrInvalidPath, p)
+		case r == 0 || unicode.IsControl(r):
+			return "", fmt.Errorf("%w: %q has a control character", ErrInvalidPath, p)
+		}
+	}
+	if strings.HasPrefix(p, "/") || hasDrive(p) {
+		return "", fmt.Errorf("%w: %q is absolute", ErrOutsideTree, p)
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == ".." {
+			return "", fmt.Errorf("%w: %q", ErrOutsideTree, p)
+		}
+	}
+	c := path.Clean(p)
+	if c == "." {
+		return "", nil
+	}
+	if hasDrive(c) {
+		// "./C:" cleans to a drive path.
+		return "", fmt.Errorf("%w: %q is absolute", ErrOutsideTree, p)
+	}
+	return c, nil
+}
+
+// hasDrive reports a Windows volume prefix ("C:"), which would be absolute on Windows.
+func hasDrive(p string) bool {
+	return len(p) >= 2 && p[1] == ':' && (p[0] >= 'a' && p[0] <= 'z' || p[0] >= 'A' && p[0] <= 'Z')
+}
+
+// cleanRelated turns a front-matter "related" entry into a root-relative path. Unlike
+// CleanPath it resolves inner ".." (authors write "auth/../ops/x.md"), but a result that
+// climbs out of the tree is still rejected.
+func cleanRelated(p string) (string, error) {
+	p = strings.TrimSpace(p)
+	if p == "" {
+		return "", fmt.Errorf("%w: empty", ErrInvalidPath)
+	}
+	if strings.HasPrefix(p, "/") || hasDrive(p) {
+		return "", fmt.Errorf("%w: %q is absolute", ErrOutsideTree, p)
+	}
+	c := path.Clean(p)
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", fmt.Errorf("%w: %q", ErrOutsideTree, p)
+	}
+	c, err := CleanPath(c)
+	if err != nil {
+		return "", err
+	}
+	if c == "" {
+		return "", fmt.Errorf("%w: %q names the root", ErrInvalidPath, p)
+	}
+	return c, nil
+}
+
+// ParseScope splits a path-scoped query (SPEC "Path-scoped queries") into the folder it
+// is scoped to and the text to search. The first whitespace-separated word scopes the
+// query when
+//   - it looks like a path (segments of letters, digits, '_', '.', '-'; no "." or ".."
+//     segment; not starting with '/') and contains a '/', and its first segment is a
+//     known domain; or
+//   - lower-cased, it equals a known domain.
+//
+// Requiring a known first segment for the path form keeps "TCP/IP tuning" and "and/or"
+// from scoping a search to a folder that does not exist. When nothing would remain to
+// search, the query is not scoped. Without a scope it returns "" and the query unchanged.
+func ParseScope(query string, domains []string) (scope, rest string) {
+	trimmed := strings.TrimLeftFunc(query, unicode.IsSpace)
+	end := strings.IndexFunc(trimmed, unicode.IsSpace)
+	if end < 0 {
+		return "", query
+	}
+	first := trimmed[:end]
+	rest = strings.TrimSpace(trimmed[end:])
+	if rest == "" {
+		return "", query
+	}
+	if strings.Contains(first, "/") {
+		p := strings.TrimRight(first, "/")
+		if !looksLikePath(p) {
+			return "", query
+		}
+		head, tail, _ := strings.Cut(p, "/")
+		d, ok := findDomain(head, domains)
+		if !ok {
+			return "", query
+		}
+		if tail == "" {
+			return d, rest
+		}
+		return d + "/" + tail, rest
+	}
+	if d, ok := findDomain(first, domains); ok {
+		return d, rest
+	}
+	return "", query
+}
+
+// findDomain matches a word to a domain exactly, or lower-cased: users type "Auth" for
+// the folder "auth", but a folder spelled "Auth" must still match itself.
+func findDomain(word string, domains []string) (string, bool) {
+	lower := strings.ToLower(word)
+	for _, d := range domains {
+		if d == word {
+			return d, true
+		}
+	}
+	for _, d := range domains {
+		if d == lower {
+			return d, true
+		}
+	}
+	return "", false
+}
+
+func looksLikePath(p string) bool {
+	if p == "" || strings.HasPrefix(p, "/") {
+		return false
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+		for i := 0; i < len(seg); i++ {
+			c := seg[i]
+			ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
+			if !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
