@@ -59,12 +59,27 @@ func (c *Config) Validate() error {
 	return errors.Join(c.Cache.Validate(), c.Route.Validate(), c.Generations.Validate())
 }
 
+// Option changes what Run builds.
+type Option func(*options)
+
+type options struct {
+	store cache.Store
+}
+
+// WithStore makes the gateway use store for T0/T1 instead of a new in-process cache:
+// benchmarks hand in a pre-filled one.
+func WithStore(store cache.Store) Option { return func(o *options) { o.store = store } }
+
 // Run serves the gateway until ctx ends, then drains in-flight queries. args are the
 // command-line flags (without the program name); QUARRY_GATEWAY_* environment variables
 // override defaults of flags not given. ready, if not nil, is called with the bound
 // address once the gateway is listening and knows the knowledge bases' generations,
 // i.e. once it can answer.
-func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr net.Addr)) error {
+func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr net.Addr), opts ...Option) error {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	var cfg Config
 	cfg.RegisterFlags(fs)
@@ -95,7 +110,10 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	}
 
 	watcher := generations.New(searchClient, cfg.Generations, log)
-	store := cache.NewMemory(cfg.Cache, time.Now)
+	store := o.store
+	if store == nil {
+		store = cache.NewMemory(cfg.Cache, time.Now)
+	}
 	router := route.New(cfg.Route, store, upstream.NewSearch(searchClient), agent, watcher, log)
 
 	srv := grpcx.NewServer(log, server.Options()...)

@@ -78,10 +78,15 @@ func NewServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
 }
 
 // codeToLevel logs successful calls at debug (one line per request is only wanted when
-// debugging), caller mistakes at info and server-side failures at warn or error.
+// debugging), caller mistakes and expected refusals at info, and server-side failures
+// at warn or error.
 func codeToLevel(c codes.Code) logging.Level {
-	if c == codes.OK {
+	switch c {
+	case codes.OK:
 		return logging.LevelDebug
+	case codes.FailedPrecondition:
+		// The agent without an LLM provider refuses every call by design.
+		return logging.LevelInfo
 	}
 	return logging.DefaultServerCodeToLevel(c)
 }

@@ -1,0 +1,31 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/quarry-router/quarry/services/search/kbgen"
+)
+
+func genkb(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("genkb", flag.ContinueOnError)
+	out := fs.String("out", "", "folder to write the knowledge base into (created)")
+	files := fs.Int("files", 5000, "number of knowledge files")
+	seed := fs.Int64("seed", 1, "random seed; the same seed writes the same files")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" {
+		return errors.New("-out is required")
+	}
+	start := time.Now()
+	m, err := kbgen.Generate(*out, kbgen.Options{Files: *files, Seed: *seed, Now: time.Now()})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %d files to %s in %v\n", len(m.Files), *out, time.Since(start).Round(time.Millisecond))
+	return nil
+}

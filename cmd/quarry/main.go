@@ -1,0 +1,58 @@
+// Command quarry is Quarry's command-line client and its all-in-one runner:
+//
+//	quarry up                          start search, agent and gateway in one process
+//	quarry query [-kb K] "question"    ask a running gateway
+//	quarry genkb -out DIR -files N     write a synthetic knowledge base for benchmarks
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: quarry <command> [flags]
+
+commands:
+  up       start the whole system in one process with embedded defaults and show it answering
+  query    ask a running gateway a question
+  genkb    write a synthetic knowledge base (for benchmarks)
+
+Run "quarry <command> -h" for the flags of a command.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "up":
+		err = up(ctx, args[1:], stdout, stderr)
+	case "query":
+		err = query(ctx, args[1:], stdout)
+	case "genkb":
+		err = genkb(args[1:], stdout)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "quarry: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "quarry %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}

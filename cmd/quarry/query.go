@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/grpcx"
+	"google.golang.org/grpc/status"
+)
+
+func query(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("query", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:7700", "gateway address")
+	kbID := fs.String("kb", "platform", "knowledge base to ask")
+	explain := fs.Bool("explain", false, "print the routing trace")
+	stream := fs.Bool("stream", false, "use QueryStream and print LLM text as it arrives")
+	timeout := fs.Duration("timeout", 60*time.Second, "deadline for the answer")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return errors.New(`a question is required: quarry query [-kb K] "question"`)
+	}
+	conn, err := grpcx.Dial(*addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+
+	req := &quarryv1.QueryRequest{KnowledgeBase: *kbID, Query: strings.Join(fs.Args(), " "), Explain: *explain}
+	c := quarryv1.NewQueryServiceClient(conn)
+	start := time.Now()
+	var resp *quarryv1.QueryResponse
+	if *stream {
+		resp, err = streamQuery(ctx, c, req, stdout)
+	} else {
+		resp, err = c.Query(ctx, req)
+	}
+	if err != nil {
+		st := status.Convert(err)
+		return fmt.Errorf("%s: %s", st.Code(), st.Message())
+	}
+	printResponse(stdout, resp, time.Since(start))
+	return nil
+}
+
+func streamQuery(ctx context.Context, c quarryv1.QueryServiceClient, req *quarryv1.QueryRequest, w io.Writer) (*quarryv1.QueryResponse, error) {
+	s, err := c.QueryStream(ctx, &quarryv1.QueryStreamRequest{Request: req})
+	if err != nil {
+		return nil, err
+	}
+	for {
+		ev, err := s.Recv()
+		if err != nil {
+			return nil, err
+		}
+		switch e := ev.Event.(type) {
+		case *quarryv1.QueryStreamResponse_Delta:
+			fmt.Fprint(w, e.Delta)
+		case *quarryv1.QueryStreamResponse_Final:
+			return e.Final, nil
+		}
+	}
+}
+
+// tierName drops the enum prefix: TIER_DIRECT → DIRECT.
+func tierName(t quarryv1.Tier) string { return strings.TrimPrefix(t.String(), "TIER_") }
+
+// summaryLine is the one-line account of a response that "up" prints per question.
+func summaryLine(resp *quarryv1.QueryResponse, rtt time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-14s %7.2f ms", tierName(resp.GetTier()), float64(rtt.Microseconds())/1000)
+	if resp.GetFromCache() {
+		fmt.Fprintf(&b, "  (cached %s answer)", tierName(resp.GetOriginTier()))
+	}
+	if resp.GetDegraded() {
+		b.WriteString("  (degraded: no LLM configured)")
+	}
+	return b.String()
+}
+
+func printResponse(w io.Writer, resp *quarryv1.QueryResponse, rtt time.Duration) {
+	fmt.Fprintf(w, "tier:    %s\n", summaryLine(resp, rtt))
+	fmt.Fprintf(w, "kb:      %s (generation %d), server time %.2f ms\n", resp.GetKnowledgeBase(), resp.GetGeneration(),
+		float64(resp.GetElapsed().AsDuration().Microseconds())/1000)
+	if resp.GetDegraded() {
+		fmt.Fprintf(w, "note:    %s\n", resp.GetDegradedReason())
+	}
+	if len(resp.GetSources()) > 0 {
+		fmt.Fprintln(w, "sources:")
+		for _, s := range resp.GetSources() {
+			flag := ""
+			if s.GetArchived() {
+				flag = " [archived]"
+			}
+			fmt.Fprintf(w, "  %.3f  %s  %s%s\n", s.GetScore(), s.GetPath(), s.GetTitle(), flag)
+		}
+	}
+	fmt.Fprintf(w, "answer:\n%s\n", strings.TrimSpace(resp.GetAnswer()))
+	if ex := resp.GetExplain(); ex != nil {
+		printExplain(w, ex)
+	}
+}
+
+func printExplain(w io.Writer, ex *quarryv1.Explain) {
+	fmt.Fprintln(w, "\nexplain:")
+	for _, s := range ex.GetStages() {
+		fmt.Fprintf(w, "  %-14s %8.3f ms  %s\n", s.GetName(), float64(s.GetDuration().AsDuration().Nanoseconds())/1e6, s.GetOutcome())
+	}
+	if c := ex.GetCache(); c != nil {
+		fmt.Fprintf(w, "  cache: key=%q tokens=%v exact=%s fuzzy=%s", c.GetNormalisedQuery(), c.GetTokens(), c.GetExact(), c.GetFuzzy())
+		if c.GetFuzzyCandidate() != "" {
+			fmt.Fprintf(w, " candidate=%q similarity=%.2f verification=%q", c.GetFuzzyCandidate(), c.GetFuzzySimilarity(), c.GetFuzzyVerification())
+		}
+		fmt.Fprintln(w)
+	}
+	if g := ex.GetGate(); g != nil {
+		fmt.Fprintf(w, "  gate: search=%q scope=%q all_terms=%v entity=%v ood_rule=%q top=%.3f second=%.3f decision=%q\n",
+			g.GetSearchText(), g.GetScope(), g.GetAllTermsMatched(), g.GetEntityTerms(), g.GetOutOfDomainRule(),
+			g.GetTopRelevance(), g.GetSecondRelevance(), g.GetDirectDecision())
+		for _, r := range g.GetResults() {
+			fmt.Fprintf(w, "    %-48s bm25=%.2f cov=%.2f R=%.3f imp=%.0f rec=%.2f boost=%.2f score=%.3f %s\n",
+				r.GetPath(), r.GetEngineScore(), r.GetCoverage(), r.GetRelevance(), r.GetImportance(), r.GetRecency(), r.GetBoost(), r.GetScore(), r.GetPropagatedFrom())
+		}
+	}
+	if l := ex.GetLlm(); l != nil {
+		fmt.Fprintf(w, "  llm: model=%s calls=%d tokens=%d+%d stop=%s\n", l.GetModel(), l.GetCalls(), l.GetPromptTokens(), l.GetCompletionTokens(), l.GetStopReason())
+	}
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	gatewayapp "github.com/quarry-router/quarry/gateway/app"
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/grpcx"
+	agentapp "github.com/quarry-router/quarry/services/agent/app"
+	searchapp "github.com/quarry-router/quarry/services/search/app"
+	"golang.org/x/sync/errgroup"
+)
+
+// upConfig says where the all-in-one run listens and what it serves.
+type upConfig struct {
+	Gateway, Search, Agent string
+	KBRoot                 string
+	Demo                   bool
+	LogLevel               slog.Level
+	// Extra flags passed through to each service.
+	SearchArgs, GatewayArgs []string
+	// GatewayOpts change what the gateway builds (benchmarks hand in a filled cache).
+	GatewayOpts []gatewayapp.Option
+}
+
+// system is a running all-in-one Quarry.
+type system struct {
+	Gateway, Search, Agent net.Addr
+	done                   chan error
+}
+
+// start runs search, agent and gateway in this process, each on its own gRPC listener,
+// so the calls between them take the same path as in a deployment.
+func start(ctx context.Context, cfg upConfig, log *slog.Logger) (*system, error) {
+	if st, err := os.Stat(cfg.KBRoot); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("knowledge bases folder %q not found: run from the repository root or pass -kb-root", cfg.KBRoot)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	searchReady := make(chan net.Addr, 1)
+	agentReady := make(chan net.Addr, 1)
+	gatewayReady := make(chan net.Addr, 1)
+	send := func(ch chan net.Addr) func(net.Addr) { return func(a net.Addr) { ch <- a } }
+
+	g.Go(func() error {
+		args := append([]string{"-listen", cfg.Search, "-kb-root", cfg.KBRoot}, cfg.SearchArgs...)
+		return wrap("search", searchapp.Run(ctx, args, log.With("service", "search"), send(searchReady)))
+	})
+	g.Go(func() error {
+		return wrap("agent", agentapp.Run(ctx, []string{"-listen", cfg.Agent}, log.With("service", "agent"), send(agentReady)))
+	})
+	sys := &system{done: make(chan error, 1)}
+	var err error
+	if sys.Search, err = await(ctx, g, searchReady); err != nil {
+		return nil, err
+	}
+	if sys.Agent, err = await(ctx, g, agentReady); err != nil {
+		return nil, err
+	}
+	g.Go(func() error {
+		args := append([]string{"-listen", cfg.Gateway, "-search-addr", sys.Search.String(), "-agent-addr", sys.Agent.String()}, cfg.GatewayArgs...)
+		return wrap("gateway", gatewayapp.Run(ctx, args, log.With("service", "gateway"), send(gatewayReady), cfg.GatewayOpts...))
+	})
+	if sys.Gateway, err = await(ctx, g, gatewayReady); err != nil {
+		return nil, err
+	}
+	go func() { sys.done <- g.Wait() }()
+	return sys, nil
+}
+
+// await waits for a service to report its address, or for the group to fail first.
+func await(ctx context.Context, g *errgroup.Group, ready chan net.Addr) (net.Addr, error) {
+	select {
+	case a := <-ready:
+		return a, nil
+	case <-ctx.Done():
+		if err := g.Wait(); err != nil {
+			return nil, err
+		}
+		return nil, ctx.Err()
+	}
+}
+
+func wrap(service string, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", service, err)
+	}
+	return nil
+}
+
+func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	var cfg upConfig
+	fs.StringVar(&cfg.Gateway, "listen", "127.0.0.1:7700", "gateway (QueryService) address")
+	fs.StringVar(&cfg.Search, "search-listen", "127.0.0.1:7701", "search service address")
+	fs.StringVar(&cfg.Agent, "agent-listen", "127.0.0.1:7702", "agent service address")
+	fs.StringVar(&cfg.KBRoot, "kb-root", "examples/kb", "folder whose subfolders are the knowledge bases to serve")
+	fs.BoolVar(&cfg.Demo, "demo", true, "ask one question per tier after start-up and print the answers")
+	fs.TextVar(&cfg.LogLevel, "log-level", slog.LevelWarn, "log level of the services (debug, info, warn, error)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	began := time.Now()
+	sys, err := start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "Quarry is up in %v (embedded defaults: in-process cache, Bleve BM25, no LLM)\n", time.Since(began).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "  gateway (QueryService)  %s\n  search  (SearchService) %s\n  agent   (AgentService)  %s\n", sys.Gateway, sys.Search, sys.Agent)
+	fmt.Fprintf(stdout, "  try: go run ./cmd/quarry query -addr %s -kb platform -explain \"how do I rotate the JWT signing key?\"\n\n", sys.Gateway)
+	if cfg.Demo {
+		if err := demo(ctx, sys.Gateway.String(), stdout); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(stdout, "Serving; press Ctrl-C to stop.")
+	err = <-sys.done
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// demoQuestion is one step of the start-up demo.
+type demoQuestion struct {
+	Why, KB, Query string
+}
+
+// demoQuestions walk through every tier on the example knowledge base.
+var demoQuestions = []demoQuestion{
+	{"T2: a question one document answers", "platform", "How do I rotate the JWT signing key?"},
+	{"T0: the same question again", "platform", "how do I rotate the JWT signing key?"},
+	{"T1: the same words in another order", "platform", "JWT signing key: how do I rotate it?"},
+	{"out of domain: a tool the knowledge base never mentions", "platform", "How do I rotate Kafka consumer credentials?"},
+	{"T3/T4 route: no single document answers (degraded without an LLM)", "platform", "What should I check before a production deploy?"},
+}
+
+func demo(ctx context.Context, addr string, w io.Writer) error {
+	conn, err := grpcx.Dial(addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	c := quarryv1.NewQueryServiceClient(conn)
+	for _, q := range demoQuestions {
+		qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		start := time.Now()
+		resp, err := c.Query(qctx, &quarryv1.QueryRequest{KnowledgeBase: q.KB, Query: q.Query})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("demo question %q: %w", q.Query, err)
+		}
+		fmt.Fprintf(w, "# %s\n> %s\n  %s\n", q.Why, q.Query, summaryLine(resp, time.Since(start)))
+		for i, s := range resp.GetSources() {
+			if i == 3 {
+				break
+			}
+			fmt.Fprintf(w, "  source %.3f %s\n", s.GetScore(), s.GetPath())
+		}
+		fmt.Fprintf(w, "  %s\n\n", firstLine(resp.GetAnswer()))
+	}
+	return nil
+}
+
+// firstLine returns the first non-heading line of a markdown answer.
+func firstLine(md string) string {
+	for _, l := range strings.Split(md, "\n") {
+		l = strings.TrimSpace(l)
+		if l != "" && !strings.HasPrefix(l, "#") {
+			if len(l) > 160 {
+				l = l[:160] + "…"
+			}
+			return l
+		}
+	}
+	return ""
+}

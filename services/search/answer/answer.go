@@ -1,0 +1,349 @@
+// Package answer writes the answers the search service gives without an LLM: the T2 direct
+// answer, the out-of-domain answer and the degraded extractive answer.
+package answer
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/quarry-router/quarry/platform/text"
+	"github.com/quarry-router/quarry/services/search/rank"
+	"github.com/quarry-router/quarry/services/search/tree"
+)
+
+// Config holds the answer limits of SPEC §2 (T2 direct answer, excerpts).
+type Config struct {
+	// MaxDocChars caps each document's content in a direct answer, in characters (5000).
+	MaxDocChars int
+	// MaxDocs caps the documents in a direct answer (5).
+	MaxDocs int
+	// ExcerptChars is the size of an excerpt chunk in characters (about 800).
+	ExcerptChars int
+	// ExcerptOverlap is how much consecutive chunks overlap, in characters (about 200), so a
+	// passage cut by one chunk boundary is whole in the next chunk.
+	ExcerptOverlap int
+}
+
+// DefaultConfig returns the SPEC defaults.
+func DefaultConfig() Config {
+	return Config{MaxDocChars: 5000, MaxDocs: 5, ExcerptChars: 800, ExcerptOverlap: 200}
+}
+
+// RegisterFlags registers the limits with their SPEC defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	d := DefaultConfig()
+	fs.IntVar(&c.MaxDocChars, "answer-max-doc-chars", d.MaxDocChars, "characters of each document in a direct answer")
+	fs.IntVar(&c.MaxDocs, "answer-max-docs", d.MaxDocs, "documents in a direct answer")
+	fs.IntVar(&c.ExcerptChars, "answer-excerpt-chars", d.ExcerptChars, "characters of an excerpt chunk")
+	fs.IntVar(&c.ExcerptOverlap, "answer-excerpt-overlap", d.ExcerptOverlap, "characters consecutive excerpt chunks share")
+}
+
+// Validate rejects nonsense, naming the flag.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxDocChars < 1 {
+		errs = append(errs, fmt.Errorf("-answer-max-doc-chars must be >= 1, got %d", c.MaxDocChars))
+	}
+	if c.MaxDocs < 1 {
+		errs = append(errs, fmt.Errorf("-answer-max-docs must be >= 1, got %d", c.MaxDocs))
+	}
+	if c.ExcerptChars < 1 {
+		errs = append(errs, fmt.Errorf("-answer-excerpt-chars must be >= 1, got %d", c.ExcerptChars))
+	}
+	if c.ExcerptOverlap < 0 || c.ExcerptOverlap >= c.ExcerptChars {
+		errs = append(errs, fmt.Errorf("-answer-excerpt-overlap must be in [0, -answer-excerpt-chars), got %d", c.ExcerptOverlap))
+	}
+	return errors.Join(errs...)
+}
+
+// extractiveMaxDocs caps the excerpts of a degraded answer: it stands in for an LLM answer,
+// so it quotes the few best passages rather than whole documents.
+const extractiveMaxDocs = 3
+
+const truncatedMarker = "…(truncated)"
+
+// Direct returns the T2 answer (SPEC §2 "T2 direct answer"): Summary, Details (each
+// document's content under its title, at most cfg.MaxDocs documents of cfg.MaxDocChars
+// characters), Sources and Gaps (see Gaps).
+func Direct(query string, docs []*tree.Document, gaps []string, cfg Config) string {
+	docs = docs[:min(len(docs), cfg.MaxDocs)]
+	var b strings.Builder
+	b.WriteString("## Summary\n\n")
+	fmt.Fprintf(&b, "%s in the knowledge base %s %s.\n\n", count(len(docs)), verb(len(docs), "answers", "answer"), quote(query))
+	b.WriteString("## Details\n\n")
+	for i, d := range docs {
+		if i > 0 {
+			b.WriteString("---\n\n")
+		}
+		fmt.Fprintf(&b, "### %s\n\n", title(d))
+		body := strings.TrimSpace(demoteHeadings(dropTitleHeading(d.Content, d.Title)))
+		if body == "" {
+			body = "_(empty document)_"
+		}
+		b.WriteString(closeFence(truncate(body, cfg.MaxDocChars)))
+		b.WriteString("\n\n")
+	}
+	writeSources(&b, docs)
+	writeGaps(&b, gaps)
+	return b.String()
+}
+
+// OutOfDomain returns the answer to a question the knowledge base does not cover.
+func OutOfDomain(query string) string {
+	var b strings.Builder
+	b.WriteString("This topic is not covered in the knowledge base.\n\n")
+	fmt.Fprintf(&b, "Nothing in it answers %s. Curate the knowledge first: add a markdown file "+
+		"about this topic to the tree (for example `<domain>/<topic>/<name>.md` with a title and the facts). "+
+		"The change starts a new generation of the knowledge base, so asking again then answers from the new file.\n",
+		quote(query))
+	return b.String()
+}
+
+// Extractive returns the degraded answer for a question routed to an LLM when no LLM can
+// answer: a banner with the reason, the best passage of each of the top results (at most
+// three; excerpt picks it, nil for Excerpt with the default size), their sources and the
+// query words none of them contains. Every sentence after the banner is quoted from the
+// knowledge base.
+func Extractive(query string, results []rank.Result, excerpt func(*tree.Document) string, reason string) string {
+	words := searchWords(query)
+	if excerpt == nil {
+		size := DefaultConfig().ExcerptChars
+		excerpt = func(d *tree.Document) string { return Excerpt(d.Content, words, size) }
+	}
+	top := results[:min(len(results), extractiveMaxDocs)]
+	docs := make([]*tree.Document, len(top))
+	for i, r := range top {
+		docs[i] = r.Doc
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "> Degraded answer: %s. The passages below are quoted from the knowledge base, not written by an LLM.\n\n",
+		strings.TrimSuffix(oneLine(reason), "."))
+	b.WriteString("## Summary\n\n")
+	if len(docs) == 0 {
+		fmt.Fprintf(&b, "No document in the knowledge base matched %s.\n\n", quote(query))
+	} else {
+		fmt.Fprintf(&b, "%s in the knowledge base may answer %s; the best passages follow.\n\n", count(len(docs)), quote(query))
+		b.WriteString("## Excerpts\n\n")
+		for i, d := range docs {
+			if i > 0 {
+				b.WriteString("---\n\n")
+			}
+			fmt.Fprintf(&b, "### %s\n\n", title(d))
+			passage := strings.TrimSpace(excerpt(d))
+			if passage == "" {
+				passage = "_(no passage)_"
+			}
+			b.WriteString(blockquote(passage))
+			fmt.Fprintf(&b, "\n\nFrom `%s`.\n\n", d.Path)
+		}
+	}
+	writeSources(&b, docs)
+	writeGaps(&b, Gaps(query, docs, nil))
+	return b.String()
+}
+
+// Gaps returns the query's search words (stop words dropped) whose stem none of docs
+// contains, in query order: what the answer does not cover. contains reports whether a
+// document holds a stem (rank.Corpus.Contains); nil stems the documents' text instead.
+func Gaps(query string, docs []*tree.Document, contains func(path, stem string) bool) []string {
+	if contains == nil {
+		stems := make(map[string]map[string]struct{}, len(docs))
+		for _, d := range docs {
+			set := make(map[string]struct{})
+			for _, s := range rank.DocStems(d) {
+				set[s] = struct{}{}
+			}
+			stems[d.Path] = set
+		}
+		contains = func(path, stem string) bool {
+			_, ok := stems[path][stem]
+			return ok
+		}
+	}
+	var gaps []string
+	seen := map[string]struct{}{}
+	for _, w := range searchWords(query) {
+		s := text.Stem(w)
+		if _, dup := seen[s]; dup {
+			continue
+		}
+		seen[s] = struct{}{}
+		found := false
+		for _, d := range docs {
+			if contains(d.Path, s) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			gaps = append(gaps, w)
+		}
+	}
+	return gaps
+}
+
+func searchWords(query string) []string {
+	var out []string
+	for _, w := range text.Words(query) {
+		if !text.IsStopWord(w) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+func writeSources(b *strings.Builder, docs []*tree.Document) {
+	b.WriteString("## Sources\n\n")
+	if len(docs) == 0 {
+		b.WriteString("None.\n\n")
+		return
+	}
+	for _, d := range docs {
+		fmt.Fprintf(b, "- `%s`\n", d.Path)
+	}
+	b.WriteString("\n")
+}
+
+func writeGaps(b *strings.Builder, gaps []string) {
+	b.WriteString("## Gaps\n\n")
+	if len(gaps) == 0 {
+		b.WriteString("None found.\n")
+		return
+	}
+	b.WriteString("No answering document mentions:\n\n")
+	for _, g := range gaps {
+		fmt.Fprintf(b, "- %s\n", oneLine(g))
+	}
+}
+
+func title(d *tree.Document) string {
+	if t := oneLine(d.Title); t != "" {
+		return t
+	}
+	return d.Path
+}
+
+func count(n int) string {
+	if n == 1 {
+		return "1 document"
+	}
+	return fmt.Sprintf("%d documents", n)
+}
+
+func verb(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// quote puts a query on one line in quotes: it is user input inside a one-line summary.
+func quote(query string) string {
+	return "“" + oneLine(query) + "”"
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// dropTitleHeading removes a first heading that repeats the title the answer already shows.
+func dropTitleHeading(content, title string) string {
+	trimmed := strings.TrimLeft(content, " \t\r\n")
+	line, rest, _ := strings.Cut(trimmed, "\n")
+	h := strings.TrimLeft(line, "#")
+	if len(h) == len(line) || !strings.EqualFold(strings.TrimSpace(h), strings.TrimSpace(title)) {
+		return content
+	}
+	return rest
+}
+
+// closeFence closes a code fence left open (by truncation, or by the author) so the rest
+// of the answer is not swallowed by it.
+func closeFence(s string) string {
+	fence := ""
+	for _, l := range strings.Split(s, "\n") {
+		t := strings.TrimLeft(l, " ")
+		if len(l)-len(t) > 3 {
+			continue
+		}
+		switch {
+		case fence != "" && strings.HasPrefix(t, fence):
+			fence = ""
+		case fence == "" && (strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~")):
+			fence = t[:3]
+		}
+	}
+	if fence == "" {
+		return s
+	}
+	if i := strings.LastIndex(s, "\n\n"+truncatedMarker); i >= 0 && i == len(s)-len(truncatedMarker)-2 {
+		return s[:i] + "\n" + fence + "\n\n" + truncatedMarker
+	}
+	return s + "\n" + fence
+}
+
+// truncate cuts s after max characters (runes, never inside one) and marks the cut.
+func truncate(s string, max int) string {
+	if utf8.RuneCountInString(s) <= max {
+		return s
+	}
+	n := 0
+	for i := range s {
+		if n == max {
+			return strings.TrimRight(s[:i], " \t\n") + "\n\n" + truncatedMarker
+		}
+		n++
+	}
+	return s
+}
+
+// demoteHeadings moves a document's own headings three levels down (capped at ######) so
+// they nest under its "### title" and cannot open a section of the answer. Fenced code is
+// left alone: a "# comment" in a shell block is not a heading.
+func demoteHeadings(content string) string {
+	if !strings.Contains(content, "#") {
+		return content
+	}
+	lines := strings.SplitAfter(content, "\n")
+	fence := ""
+	for i, l := range lines {
+		trimmed := strings.TrimLeft(l, " ")
+		if len(l)-len(trimmed) > 3 {
+			continue // indented code
+		}
+		if fence != "" {
+			if strings.HasPrefix(trimmed, fence) {
+				fence = ""
+			}
+			continue
+		}
+		if strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~") {
+			fence = trimmed[:3]
+			continue
+		}
+		level := 0
+		for level < len(trimmed) && trimmed[level] == '#' {
+			level++
+		}
+		if level == 0 || level > 6 || (level < len(trimmed) && trimmed[level] != ' ' && trimmed[level] != '\t' && trimmed[level] != '\n') {
+			continue
+		}
+		lines[i] = strings.Repeat("#", min(level+3, 6)) + trimmed[level:]
+	}
+	return strings.Join(lines, "")
+}
+
+func blockquote(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if l == "" {
+			lines[i] = ">"
+		} else {
+			lines[i] = "> " + l
+		}
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,275 @@
+package answer
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/quarry-router/quarry/services/search/rank"
+	"github.com/quarry-router/quarry/services/search/tree"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// golden compares got with testdata/name, or rewrites the file with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read golden file (run with -update to create it): %v", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from the golden file (run with -update if the change is intended)\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+var (
+	rotation = &tree.Document{
+		Path:  "auth/jwt/rotation.md",
+		Title: "Refresh token rotation",
+		Content: "# Refresh token rotation\n\nRotate the refresh token on every use; the old one is revoked at once.\n\n" +
+			"## Reuse detection\n\nA revoked token presented again revokes the whole family.\n\n" +
+			"```sh\n# not a heading\nquarry rotate --family\n```\n",
+	}
+	signing = &tree.Document{
+		Path:    "auth/jwt/signing.md",
+		Title:   "Signing keys",
+		Content: "Signing keys live in the vault and rotate yearly.",
+	}
+	untitled = &tree.Document{Path: "notes/empty.md"}
+)
+
+func TestDirectGolden(t *testing.T) {
+	long := &tree.Document{Path: "ops/runbook.md", Title: "Runbook", Content: strings.Repeat("Restart the pod. ", 3) + "ünïcödé\n```sh\nkubectl rollout restart deploy/api\n```\n"}
+	tests := []struct {
+		name   string
+		query  string
+		docs   []*tree.Document
+		gaps   []string
+		cfg    func(*Config)
+		golden string
+	}{
+		{"one document, no gaps", "How do I rotate refresh tokens?", []*tree.Document{rotation}, nil,
+			func(*Config) {}, "direct_one.golden"},
+		{"two documents with gaps, headings demoted", "refresh token rotation with\n vault   and terraform",
+			[]*tree.Document{rotation, signing, untitled}, []string{"terraform"}, func(*Config) {}, "direct_gaps.golden"},
+		{"content truncated on a rune boundary", "runbook", []*tree.Document{long}, nil,
+			func(c *Config) { c.MaxDocChars = 80 }, "direct_truncated.golden"},
+		{"at most MaxDocs documents", "keys", []*tree.Document{signing, rotation}, nil,
+			func(c *Config) { c.MaxDocs = 1 }, "direct_max_docs.golden"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tc.cfg(&cfg)
+			golden(t, tc.golden, Direct(tc.query, tc.docs, tc.gaps, cfg))
+		})
+	}
+}
+
+func TestDirectStructure(t *testing.T) {
+	docs := []*tree.Document{rotation, signing}
+	got := Direct("rotate refresh tokens", docs, nil, DefaultConfig())
+	sections := []string{"## Summary\n", "## Details\n", "## Sources\n", "## Gaps\n"}
+	last := -1
+	for _, s := range sections {
+		i := strings.Index(got, s)
+		if i <= last {
+			t.Fatalf("section %q missing or out of order in\n%s", s, got)
+		}
+		last = i
+	}
+	if n := strings.Count(got, "\n## "); n != 3 { // Summary opens the text
+		t.Errorf("%d second-level headings after Summary, want 3: a document's heading leaked out", n)
+	}
+	if strings.Count(got, "\n---\n") != len(docs)-1 {
+		t.Errorf("documents not separated by one rule each")
+	}
+}
+
+func TestCloseFence(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"closed fences are left alone", "a\n```\ncode\n```\nb", "a\n```\ncode\n```\nb"},
+		{"an open fence is closed", "a\n```go\ncode", "a\n```go\ncode\n```"},
+		{"an open fence is closed before the truncation marker", "```\ncode\n\n" + truncatedMarker,
+			"```\ncode\n```\n\n" + truncatedMarker},
+		{"a tilde fence is closed with tildes", "~~~\nx", "~~~\nx\n~~~"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := closeFence(tc.in); got != tc.want {
+				t.Fatalf("closeFence(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDropTitleHeading(t *testing.T) {
+	tests := []struct{ name, content, title, want string }{
+		{"a first heading equal to the title goes", "# Token Rotation\nbody", "token rotation", "body"},
+		{"a different first heading stays", "# Overview\nbody", "Token rotation", "# Overview\nbody"},
+		{"a first line that is no heading stays", "Token rotation\nbody", "Token rotation", "Token rotation\nbody"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := dropTitleHeading(tc.content, tc.title); got != tc.want {
+				t.Fatalf("dropTitleHeading = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		max  int
+		want string
+	}{
+		{"short text is whole", "héllo", 5, "héllo"},
+		{"long text is cut after max runes and marked", "héllo wörld", 7, "héllo w\n\n" + truncatedMarker},
+		{"trailing space before the cut is trimmed", "ab   cd", 4, "ab\n\n" + truncatedMarker},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := truncate(tc.in, tc.max)
+			if got != tc.want || !utf8.ValidString(got) {
+				t.Fatalf("truncate(%q, %d) = %q, want %q", tc.in, tc.max, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestOutOfDomainGolden(t *testing.T) {
+	got := OutOfDomain("How do I configure   Terraform\nworkspaces?")
+	if !strings.HasPrefix(got, "This topic is not covered in the knowledge base.") {
+		t.Fatalf("answer does not open with the SPEC sentence:\n%s", got)
+	}
+	golden(t, "out_of_domain.golden", got)
+}
+
+func TestExtractiveGolden(t *testing.T) {
+	results := []rank.Result{
+		{Doc: rotation, Relevance: 0.6}, {Doc: signing, Relevance: 0.5},
+		{Doc: untitled, Relevance: 0.4}, {Doc: &tree.Document{Path: "x/fourth.md", Title: "Fourth"}, Relevance: 0.3},
+	}
+	tests := []struct {
+		name    string
+		query   string
+		results []rank.Result
+		excerpt func(*tree.Document) string
+		golden  string
+	}{
+		{"the top three results quoted, with gaps", "how are refresh tokens rotated in terraform", results, nil,
+			"extractive.golden"},
+		{"a caller's excerpt func is used", "signing keys", results[1:2],
+			func(d *tree.Document) string { return "EXCERPT OF " + d.Path }, "extractive_custom.golden"},
+		{"no results", "anything at all", nil, nil, "extractive_empty.golden"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Extractive(tc.query, tc.results, tc.excerpt, "no LLM provider configured")
+			if !strings.HasPrefix(got, "> Degraded answer: no LLM provider configured.") {
+				t.Fatalf("no degraded banner:\n%s", got)
+			}
+			golden(t, tc.golden, got)
+		})
+	}
+}
+
+func TestExtractiveQuotesOnly(t *testing.T) {
+	got := Extractive("refresh", []rank.Result{{Doc: rotation}, {Doc: signing}}, nil, "agent unavailable")
+	// Every quoted line must come from a document.
+	for _, l := range strings.Split(got, "\n") {
+		if !strings.HasPrefix(l, "> ") || strings.HasPrefix(l, "> Degraded answer:") {
+			continue
+		}
+		q := strings.TrimPrefix(l, "> ")
+		if !strings.Contains(rotation.Content, q) && !strings.Contains(signing.Content, q) {
+			t.Errorf("quoted line %q is in no document", q)
+		}
+	}
+}
+
+func TestGaps(t *testing.T) {
+	docs := []*tree.Document{rotation, signing}
+	tests := []struct {
+		name  string
+		query string
+		want  []string
+	}{
+		{"every word covered, no gaps", "how do I rotate the refresh token", nil},
+		{"a word no document holds is a gap", "rotate tokens with terraform", []string{"terraform"}},
+		{"stems decide: rotating is covered", "rotating vaults", nil},
+		{"a gap is listed once", "terraform terraform", []string{"terraform"}},
+		{"a prefix is not coverage", "rot", []string{"rot"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Gaps(tc.query, docs, nil)
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("Gaps(%q) = %v, want %v", tc.query, got, tc.want)
+			}
+		})
+	}
+	t.Run("a contains func is used when given", func(t *testing.T) {
+		got := Gaps("alpha beta", docs, func(_, stem string) bool { return stem == "alpha" })
+		if strings.Join(got, ",") != "beta" {
+			t.Fatalf("Gaps = %v, want [beta]", got)
+		}
+	})
+}
+
+func TestDemoteHeadings(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"h1 becomes h4", "# Title\ntext", "#### Title\ntext"},
+		{"h2 becomes h5", "## Part", "##### Part"},
+		{"deep headings stop at h6", "##### Deep", "###### Deep"},
+		{"a hash without a space is not a heading", "#hashtag", "#hashtag"},
+		{"fenced code is left alone", "```\n# comment\n```\n# Real", "```\n# comment\n```\n#### Real"},
+		{"indented code is left alone", "    # comment", "    # comment"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := demoteHeadings(tc.in); got != tc.want {
+				t.Fatalf("demoteHeadings(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestConfig(t *testing.T) {
+	var c Config
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if c != DefaultConfig() {
+		t.Fatalf("flag defaults %+v differ from DefaultConfig %+v", c, DefaultConfig())
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	for _, bad := range [][]string{{"-answer-max-docs", "0"}, {"-answer-excerpt-overlap", "800"}, {"-answer-max-doc-chars", "-1"}} {
+		var c Config
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		c.RegisterFlags(fs)
+		if err := fs.Parse(bad); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("Validate with %v = %v, want an error naming %s", bad, err, bad[0])
+		}
+	}
+}

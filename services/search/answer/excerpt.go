@@ -1,0 +1,166 @@
+package answer
+
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/quarry-router/quarry/platform/text"
+)
+
+// Excerpt returns the passage of content that best matches terms: content is cut into
+// chunks of about size characters, each overlapping the next by a quarter of that, on white
+// space; the chunk holding the most occurrences of the terms' stems wins, the earliest on a
+// tie (and the first chunk when nothing matches).
+func Excerpt(content string, terms []string, size int) string {
+	return excerpt(content, terms, size, size/4)
+}
+
+// Excerpt is the package Excerpt with the configured chunk size and overlap.
+func (c Config) Excerpt(content string, terms []string) string {
+	return excerpt(content, terms, c.ExcerptChars, c.ExcerptOverlap)
+}
+
+type span struct{ start, end int } // byte offsets
+
+func excerpt(content string, terms []string, size, overlap int) string {
+	content = strings.TrimSpace(content)
+	if size <= 0 || content == "" {
+		return ""
+	}
+	if utf8.RuneCountInString(content) <= size {
+		return content
+	}
+	want := make(map[string]struct{}, len(terms))
+	for _, t := range terms {
+		for _, w := range text.Words(t) {
+			if !text.IsStopWord(w) {
+				want[text.Stem(w)] = struct{}{}
+			}
+		}
+	}
+	// Stem each word of the content once, remembering where the matching ones are.
+	var hits []int // byte offsets of words whose stem is a query stem
+	if len(want) > 0 {
+		for _, w := range words(content) {
+			if _, ok := want[text.Stem(w.word)]; ok {
+				hits = append(hits, w.start)
+			}
+		}
+	}
+	best, bestHits := span{}, -1
+	for _, c := range chunks(content, size, overlap) {
+		n := 0
+		for _, h := range hits {
+			if h >= c.start && h < c.end {
+				n++
+			}
+		}
+		if n > bestHits {
+			best, bestHits = c, n
+		}
+	}
+	return strings.TrimSpace(content[best.start:best.end])
+}
+
+// chunks cuts s into spans of at most size characters that end and start on white space
+// where there is some in reach; each starts about overlap characters before the previous
+// one ended.
+func chunks(s string, size, overlap int) []span {
+	var out []span
+	start := 0
+	for {
+		end := advance(s, start, size)
+		if end < len(s) {
+			// Back up to white space, but keep at least half a chunk.
+			if ws := lastSpace(s[start:end]); ws > 0 && utf8.RuneCountInString(s[start:start+ws]) >= size/2 {
+				end = start + ws
+			}
+		}
+		out = append(out, span{start, end})
+		if end >= len(s) {
+			return out
+		}
+		next := back(s, end, overlap)
+		// Move forward to the start of a word so the chunk does not open mid-word.
+		if prev, _ := utf8.DecodeLastRuneInString(s[:next]); next > 0 && !unicode.IsSpace(prev) {
+			if i := strings.IndexFunc(s[next:end], unicode.IsSpace); i >= 0 {
+				next += i
+			}
+		}
+		next = skipSpace(s, next)
+		if next <= start || next >= end {
+			next = skipSpace(s, end) // no room to overlap: carry on without
+		}
+		if next >= len(s) {
+			return out
+		}
+		start = next
+	}
+}
+
+// advance returns the byte offset n characters after i (or len(s)).
+func advance(s string, i, n int) int {
+	for ; n > 0 && i < len(s); n-- {
+		_, w := utf8.DecodeRuneInString(s[i:])
+		i += w
+	}
+	return i
+}
+
+// back returns the byte offset n characters before i (or 0).
+func back(s string, i, n int) int {
+	for ; n > 0 && i > 0; n-- {
+		_, w := utf8.DecodeLastRuneInString(s[:i])
+		i -= w
+	}
+	return i
+}
+
+func skipSpace(s string, i int) int {
+	for i < len(s) {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if !unicode.IsSpace(r) {
+			break
+		}
+		i += n
+	}
+	return i
+}
+
+func lastSpace(s string) int {
+	return strings.LastIndexFunc(s, unicode.IsSpace)
+}
+
+type word struct {
+	word  string
+	start int
+}
+
+// words splits s like text.Words and keeps each word's byte offset.
+func words(s string) []word {
+	var out []word
+	var b strings.Builder
+	start := -1
+	flush := func() {
+		if b.Len() > 0 {
+			out = append(out, word{b.String(), start})
+			b.Reset()
+		}
+		start = -1
+	}
+	for i, r := range s {
+		switch {
+		case unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r):
+			if start < 0 {
+				start = i
+			}
+			b.WriteRune(unicode.ToLower(r))
+		case (r == '\'' || r == '’') && b.Len() > 0:
+		default:
+			flush()
+		}
+	}
+	flush()
+	return out
+}

@@ -1,0 +1,160 @@
+// Package app runs the search service: it is what cmd/search and the all-in-one
+// "quarry up" start.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/config"
+	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/services/search/kb"
+	"github.com/quarry-router/quarry/services/search/resolve"
+	"github.com/quarry-router/quarry/services/search/server"
+)
+
+// Config is the search service's configuration.
+type Config struct {
+	Listen  string
+	KBs     kbFlag
+	KBRoot  string
+	Load    kb.Config
+	Resolve resolve.Config
+	// SignalsFlush is how often runtime importance is aggregated.
+	SignalsFlush time.Duration
+}
+
+// RegisterFlags registers every flag with its default.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "listen", "127.0.0.1:7701", "address to serve the SearchService on (host:port)")
+	fs.Var(&c.KBs, "kb", "knowledge base to serve as id=folder (repeatable)")
+	fs.StringVar(&c.KBRoot, "kb-root", "", "folder whose subfolders are knowledge bases, each named after its folder")
+	fs.DurationVar(&c.SignalsFlush, "signals-flush", time.Second, "how often search hits are folded into runtime importance")
+	c.Load.RegisterFlags(fs)
+	c.Resolve.RegisterFlags(fs)
+}
+
+// Validate rejects unusable settings, naming the flag.
+func (c *Config) Validate() error {
+	var errs []error
+	if len(c.KBs) == 0 && c.KBRoot == "" {
+		errs = append(errs, errors.New("no knowledge base: set -kb id=folder or -kb-root folder"))
+	}
+	if c.SignalsFlush <= 0 {
+		errs = append(errs, fmt.Errorf("-signals-flush must be positive, got %v", c.SignalsFlush))
+	}
+	return errors.Join(append(errs, c.Load.Validate(), c.Resolve.Validate())...)
+}
+
+// kbFlag collects -kb id=folder values.
+type kbFlag map[string]string
+
+func (f *kbFlag) String() string {
+	var parts []string
+	for id, dir := range *f {
+		parts = append(parts, id+"="+dir)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+func (f *kbFlag) Set(v string) error {
+	for _, item := range strings.Split(v, ",") {
+		id, dir, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || dir == "" {
+			return fmt.Errorf("want id=folder, got %q", item)
+		}
+		if !kb.ValidID(id) {
+			return fmt.Errorf("knowledge base id %q: want 1-64 of [a-z0-9_-]", id)
+		}
+		if *f == nil {
+			*f = kbFlag{}
+		}
+		(*f)[id] = dir
+	}
+	return nil
+}
+
+// Run parses args, loads the knowledge bases, serves until ctx is done, and reports
+// the bound address through ready.
+func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Addr)) error {
+	fs := flag.NewFlagSet("search", flag.ContinueOnError)
+	var cfg Config
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := config.ApplyEnv(fs, "search"); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	kbs, err := cfg.knowledgeBases()
+	if err != nil {
+		return err
+	}
+
+	reg := kb.NewRegistry(cfg.Load, log)
+	defer reg.Close()
+	for _, id := range sortedKeys(kbs) {
+		if _, err := reg.Load(ctx, id, kbs[id]); err != nil {
+			return err
+		}
+	}
+	go reg.RunSignals(ctx, cfg.SignalsFlush)
+
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	s := grpcx.NewServer(log)
+	quarryv1.RegisterSearchServiceServer(s.Server, server.New(reg, resolve.New(cfg.Resolve, reg, time.Now), log))
+	s.SetServing(quarryv1.SearchService_ServiceDesc.ServiceName)
+	log.Info("search serving", "addr", lis.Addr().String(), "knowledge_bases", len(kbs))
+	if ready != nil {
+		ready(lis.Addr())
+	}
+	return s.Serve(ctx, lis)
+}
+
+func (c *Config) knowledgeBases() (map[string]string, error) {
+	out := map[string]string{}
+	if c.KBRoot != "" {
+		entries, err := os.ReadDir(c.KBRoot)
+		if err != nil {
+			return nil, fmt.Errorf("-kb-root: %w", err)
+		}
+		for _, e := range entries {
+			if e.IsDir() && kb.ValidID(e.Name()) {
+				out[e.Name()] = filepath.Join(c.KBRoot, e.Name())
+			}
+		}
+	}
+	for id, dir := range c.KBs {
+		out[id] = dir
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no knowledge base found under -kb-root %s", c.KBRoot)
+	}
+	return out, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,77 @@
+// Package engine is the seam between the query path and a full-text search engine, so the
+// embedded Bleve index and a Meilisearch cluster are interchangeable.
+package engine
+
+import (
+	"context"
+	"strings"
+)
+
+// Doc is one knowledge file as an engine indexes it.
+type Doc struct {
+	// Path is the document's identity: relative to the tree root, forward slashes.
+	Path    string
+	Title   string
+	Content string
+	// Folder holds the document ("" for the root); scope filters match it and its ancestors.
+	Folder string
+	// Archived marks an archived stub; stubs are searchable like any file.
+	Archived bool
+	// Summary marks a folder summary (_index.md).
+	Summary bool
+}
+
+// Query is one search. Terms are words the caller has already analysed (split, lower-cased,
+// stop words removed); the engine stems them itself.
+type Query struct {
+	// Terms are the search words, e.g. ["refresh", "token", "rotation"].
+	Terms []string
+	// Scope is a folder prefix: only documents under it match ("" = the whole KB).
+	Scope string
+	// AllTerms requires every term to match; otherwise any term does.
+	AllTerms bool
+	// Limit caps the number of hits (<= 0 means the backend's default).
+	Limit int
+}
+
+// Hit is one matching document.
+type Hit struct {
+	Path string
+	// Score is the engine's relevance, higher is better (BM25 for Bleve). Scores compare only
+	// within one query.
+	Score float64
+}
+
+// Backend is what the query path needs from a search engine.
+type Backend interface {
+	// Search returns hits ordered by Score descending. A query without terms has no hits.
+	Search(ctx context.Context, q Query) ([]Hit, error)
+	// Len returns the number of indexed documents.
+	Len() int
+	// Close releases the index; the backend is unusable afterwards.
+	Close() error
+}
+
+// PathText returns the words of a document path that describe its topic, for engines and
+// rankers to index beside the title: folder and file names without the markdown extension,
+// minus the "_archived" folder and the "_index.md" name, which every stub or summary shares.
+// "ops/_archived/pager-duty.stub.md" → "ops pager-duty".
+func PathText(p string) string {
+	segs := strings.Split(p, "/")
+	out := segs[:0:0]
+	for i, s := range segs {
+		last := i == len(segs)-1
+		switch {
+		case s == "_archived" && !last:
+			continue
+		case last && s == "_index.md":
+			continue
+		case last:
+			s = strings.TrimSuffix(strings.TrimSuffix(s, ".md"), ".stub")
+		}
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, " ")
+}

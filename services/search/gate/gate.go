@@ -1,0 +1,355 @@
+// Package gate decides where a question goes: out of domain, a direct answer from the
+// documents (T2), one LLM call (T3) or the agentic loop (T4), and when to run entity search.
+//
+// Every decision rests on the calibrated relevance R of package rank, never on the compound
+// score, which orders results but mixes in importance, recency and maturity (a new draft
+// file can never reach a compound 0.85). See the rank package comment.
+package gate
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"slices"
+	"unicode/utf8"
+
+	"github.com/quarry-router/quarry/platform/text"
+	"github.com/quarry-router/quarry/services/search/rank"
+)
+
+// Config holds the gate thresholds of SPEC §2 (out of domain, entity search, T2, T3).
+type Config struct {
+	// DirectMin is the relevance the top result needs for a direct answer (0.85).
+	DirectMin float64
+	// DirectHigh lets a direct answer pass whatever the runner-up scores (0.93).
+	DirectHigh float64
+	// DirectGap is the lead over the runner-up that lets a direct answer pass (0.08).
+	DirectGap float64
+	// PrefetchMin is the relevance a result needs to be an answer candidate: in the direct
+	// answer, in the T3 prompt, and to send a question to T3 rather than T4 (0.7).
+	PrefetchMin float64
+	// DirectMaxDocs caps the documents of a direct answer or a T3 prompt (5).
+	DirectMaxDocs int
+
+	// OODMinFiles is the KB size from which a low best relevance means out of domain (50).
+	OODMinFiles int
+	// OODMinRelevance is that low relevance (0.45).
+	OODMinRelevance float64
+	// OODAllTermsMax: when the all-terms search found nothing and the best relevance is
+	// below this (0.85), a query term that no top result contains means out of domain.
+	OODAllTermsMax float64
+	// OODTermMinLen is the shortest query word (characters) that rule counts (4).
+	OODTermMinLen int
+	// OODTopK is how many top results that rule looks at (10).
+	OODTopK int
+
+	// EntityTrigger: entity search runs when the first search returns fewer results (3).
+	EntityTrigger int
+	// EntityMinLen is the shortest word (characters) entity search uses (3).
+	EntityMinLen int
+	// EntityMaxTerms is how many words entity search uses (3).
+	EntityMaxTerms int
+}
+
+// DefaultConfig returns the SPEC defaults.
+func DefaultConfig() Config {
+	return Config{
+		DirectMin:       0.85,
+		DirectHigh:      0.93,
+		DirectGap:       0.08,
+		PrefetchMin:     0.7,
+		DirectMaxDocs:   5,
+		OODMinFiles:     50,
+		OODMinRelevance: 0.45,
+		OODAllTermsMax:  0.85,
+		OODTermMinLen:   4,
+		OODTopK:         10,
+		EntityTrigger:   3,
+		EntityMinLen:    3,
+		EntityMaxTerms:  3,
+	}
+}
+
+// RegisterFlags registers the thresholds with their SPEC defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	d := DefaultConfig()
+	fs.Float64Var(&c.DirectMin, "gate-direct-min", d.DirectMin, "T2: relevance the top result needs")
+	fs.Float64Var(&c.DirectHigh, "gate-direct-high", d.DirectHigh, "T2: top relevance that passes whatever the runner-up")
+	fs.Float64Var(&c.DirectGap, "gate-direct-gap", d.DirectGap, "T2: lead over the runner-up that passes")
+	fs.Float64Var(&c.PrefetchMin, "gate-prefetch-min", d.PrefetchMin, "relevance of an answer candidate (T2 documents, T3 prompt, T3 vs T4)")
+	fs.IntVar(&c.DirectMaxDocs, "gate-direct-max-docs", d.DirectMaxDocs, "documents in a direct answer or a T3 prompt")
+	fs.IntVar(&c.OODMinFiles, "gate-ood-min-files", d.OODMinFiles, "out of domain: KB size from which low relevance counts")
+	fs.Float64Var(&c.OODMinRelevance, "gate-ood-min-relevance", d.OODMinRelevance, "out of domain: best relevance below this in a large KB")
+	fs.Float64Var(&c.OODAllTermsMax, "gate-ood-all-terms-max", d.OODAllTermsMax, "out of domain: best relevance below which an unmatched term counts")
+	fs.IntVar(&c.OODTermMinLen, "gate-ood-term-min-len", d.OODTermMinLen, "out of domain: shortest query word (characters) that must match")
+	fs.IntVar(&c.OODTopK, "gate-ood-top-k", d.OODTopK, "out of domain: top results searched for each query word")
+	fs.IntVar(&c.EntityTrigger, "gate-entity-trigger", d.EntityTrigger, "entity search runs below this many results")
+	fs.IntVar(&c.EntityMinLen, "gate-entity-min-len", d.EntityMinLen, "entity search: shortest word (characters)")
+	fs.IntVar(&c.EntityMaxTerms, "gate-entity-max-terms", d.EntityMaxTerms, "entity search: words searched")
+}
+
+// Validate rejects nonsense, naming the flag.
+func (c Config) Validate() error {
+	var errs []error
+	unit := func(name string, v float64) {
+		if !(v >= 0 && v <= 1) {
+			errs = append(errs, fmt.Errorf("-%s must be in [0,1], got %g", name, v))
+		}
+	}
+	atLeast := func(name string, v, lo int) {
+		if v < lo {
+			errs = append(errs, fmt.Errorf("-%s must be >= %d, got %d", name, lo, v))
+		}
+	}
+	unit("gate-direct-min", c.DirectMin)
+	unit("gate-direct-high", c.DirectHigh)
+	unit("gate-direct-gap", c.DirectGap)
+	unit("gate-prefetch-min", c.PrefetchMin)
+	unit("gate-ood-min-relevance", c.OODMinRelevance)
+	unit("gate-ood-all-terms-max", c.OODAllTermsMax)
+	if c.DirectHigh < c.DirectMin {
+		errs = append(errs, fmt.Errorf("-gate-direct-high (%g) must be >= -gate-direct-min (%g)", c.DirectHigh, c.DirectMin))
+	}
+	if c.PrefetchMin > c.DirectMin {
+		errs = append(errs, fmt.Errorf("-gate-prefetch-min (%g) must be <= -gate-direct-min (%g)", c.PrefetchMin, c.DirectMin))
+	}
+	atLeast("gate-direct-max-docs", c.DirectMaxDocs, 1)
+	atLeast("gate-ood-min-files", c.OODMinFiles, 0)
+	atLeast("gate-ood-term-min-len", c.OODTermMinLen, 1)
+	atLeast("gate-ood-top-k", c.OODTopK, 1)
+	atLeast("gate-entity-trigger", c.EntityTrigger, 0)
+	atLeast("gate-entity-min-len", c.EntityMinLen, 1)
+	atLeast("gate-entity-max-terms", c.EntityMaxTerms, 0)
+	return errors.Join(errs...)
+}
+
+// Thresholds returns the thresholds in force by name, for the routing trace.
+func (c Config) Thresholds() map[string]float64 {
+	return map[string]float64{
+		"direct_min":        c.DirectMin,
+		"direct_high":       c.DirectHigh,
+		"direct_gap":        c.DirectGap,
+		"prefetch_min":      c.PrefetchMin,
+		"direct_max_docs":   float64(c.DirectMaxDocs),
+		"ood_min_files":     float64(c.OODMinFiles),
+		"ood_min_relevance": c.OODMinRelevance,
+		"ood_all_terms_max": c.OODAllTermsMax,
+		"ood_term_min_len":  float64(c.OODTermMinLen),
+		"ood_top_k":         float64(c.OODTopK),
+	}
+}
+
+// NeedEntitySearch reports whether a first search with n results calls for entity search.
+func (c Config) NeedEntitySearch(n int) bool { return n < c.EntityTrigger }
+
+// EntityTerms returns the words entity search runs, one search each: the query's words that
+// are not stop words and have at least EntityMinLen characters, the first EntityMaxTerms of
+// them, without repeats.
+func (c Config) EntityTerms(words []string) []string {
+	var out []string
+	for _, w := range words {
+		if len(out) == c.EntityMaxTerms {
+			break
+		}
+		if utf8.RuneCountInString(w) < c.EntityMinLen || text.IsStopWord(w) || slices.Contains(out, w) {
+			continue
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// Out-of-domain rule names, as reported in the routing trace and metrics.
+const (
+	RuleNoResults     = "no_results"
+	RuleLowRelevance  = "low_relevance"
+	RuleUnmatchedTerm = "unmatched_term"
+)
+
+// OODInput is what the out-of-domain rules look at.
+type OODInput struct {
+	// Results are the ranked results (after propagation and the gap filter), best first.
+	Results []rank.Result
+	// Files is the number of documents in the KB.
+	Files int
+	// AllTermsMatched is true when the all-terms search found something (no fallback).
+	AllTermsMatched bool
+	// Terms are the query's search words (lower case); stop words are ignored.
+	Terms []string
+	// Contains reports whether a document contains a stem exactly (rank.Corpus.Contains).
+	// Without it the unmatched-term rule cannot run.
+	Contains func(path, stem string) bool
+}
+
+// OutOfDomain applies SPEC §2's out-of-domain rules in order and returns the first that
+// fires:
+//   - no_results: the searches found nothing;
+//   - low_relevance: the KB has at least OODMinFiles files and the best relevance R is
+//     below OODMinRelevance (SPEC states it on the compound score; R is the calibrated
+//     evidence, and a compound score is never below 0.45 only for lack of importance);
+//   - unmatched_term: the all-terms search found nothing, the best R is below
+//     OODAllTermsMax, and some query word of OODTermMinLen+ characters is, as an exact stem,
+//     in none of the top OODTopK results. Exact, because the engine's prefix and typo
+//     matches always find something ("are" prefix-matches "arecord"): they are not
+//     evidence that the KB covers the word.
+func (c Config) OutOfDomain(in OODInput) (rule string, ood bool) {
+	if len(in.Results) == 0 {
+		return RuleNoResults, true
+	}
+	best := bestTwo(in.Results)[0]
+	if in.Files >= c.OODMinFiles && best < c.OODMinRelevance {
+		return RuleLowRelevance, true
+	}
+	if !in.AllTermsMatched && best < c.OODAllTermsMax && in.Contains != nil {
+		top := in.Results[:min(len(in.Results), c.OODTopK)]
+		for _, w := range in.Terms {
+			if utf8.RuneCountInString(w) < c.OODTermMinLen || text.IsStopWord(w) {
+				continue
+			}
+			stem := text.Stem(w)
+			if !slices.ContainsFunc(top, func(r rank.Result) bool { return in.Contains(r.Doc.Path, stem) }) {
+				return RuleUnmatchedTerm, true
+			}
+		}
+	}
+	return "", false
+}
+
+// Route is where a question goes.
+type Route int
+
+// Routes, fastest first. The zero Route is unset.
+const (
+	OutOfDomain Route = iota + 1
+	Direct
+	SingleLLM
+	Agentic
+)
+
+// String returns the route's name as metrics and traces spell it.
+func (r Route) String() string {
+	switch r {
+	case OutOfDomain:
+		return "out_of_domain"
+	case Direct:
+		return "direct"
+	case SingleLLM:
+		return "single_llm"
+	case Agentic:
+		return "agentic"
+	default:
+		return "unspecified"
+	}
+}
+
+// Decision is a routing decision and the evidence it rests on.
+type Decision struct {
+	Route Route
+	// Pass reports whether the T2 gate passed.
+	Pass bool
+	// Reason says which rule decided, in words.
+	Reason string
+	// Top and Second are the best and second-best relevance among the answer candidates
+	// (0 when absent).
+	Top, Second float64
+}
+
+// Direct applies the T2 gate (SPEC §2 "T2 direct answer") to the calibrated relevance of
+// the answer candidates (R >= PrefetchMin): it passes when the top R >= DirectMin and there
+// is only one candidate, or the top R >= DirectHigh, or the top leads the second by
+// DirectGap or more. The returned Route is Direct when it passes and unset otherwise.
+func (c Config) Direct(results []rank.Result) Decision {
+	cands := c.candidates(results)
+	if len(cands) == 0 {
+		top := 0.0
+		if len(results) > 0 {
+			top = bestTwo(results)[0]
+		}
+		return Decision{Top: top, Reason: fmt.Sprintf("no result with relevance >= %.2f (top %.2f)", c.PrefetchMin, top)}
+	}
+	b := bestTwo(cands)
+	d := Decision{Top: b[0], Second: b[1]}
+	gap := d.Top - d.Second
+	switch {
+	case d.Top < c.DirectMin:
+		d.Reason = fmt.Sprintf("top %.2f < %.2f", d.Top, c.DirectMin)
+	case len(cands) == 1:
+		d.Pass, d.Reason = true, fmt.Sprintf("single result above %.2f (top %.2f)", c.DirectMin, d.Top)
+	case d.Top >= c.DirectHigh:
+		d.Pass, d.Reason = true, fmt.Sprintf("top %.2f >= %.2f", d.Top, c.DirectHigh)
+	case gap >= c.DirectGap-1e-9:
+		// The tolerance lets a gap of exactly DirectGap pass despite binary rounding
+		// (0.88 - 0.8 is 0.07999999999999996).
+		d.Pass, d.Reason = true, fmt.Sprintf("gap %.2f >= %.2f", gap, c.DirectGap)
+	default:
+		d.Reason = fmt.Sprintf("top %.2f < %.2f and gap %.2f < %.2f over %d results",
+			d.Top, c.DirectHigh, gap, c.DirectGap, len(cands))
+	}
+	if d.Pass {
+		d.Route = Direct
+	}
+	return d
+}
+
+// Route decides between the answering tiers: Direct when the T2 gate passes, else
+// SingleLLM when some result has R >= PrefetchMin, else Agentic.
+func (c Config) Route(results []rank.Result) Decision {
+	d := c.Direct(results)
+	switch {
+	case d.Pass:
+	case len(c.candidates(results)) > 0:
+		d.Route = SingleLLM
+	default:
+		d.Route = Agentic
+	}
+	return d
+}
+
+// Decide runs the out-of-domain rules, then Route.
+func (c Config) Decide(in OODInput) (Decision, string) {
+	if rule, ood := c.OutOfDomain(in); ood {
+		top := 0.0
+		if len(in.Results) > 0 {
+			top = bestTwo(in.Results)[0]
+		}
+		return Decision{Route: OutOfDomain, Reason: "out of domain: " + rule, Top: top}, rule
+	}
+	return c.Route(in.Results), ""
+}
+
+// Prefetch returns the answer candidates in result order: R >= PrefetchMin, at most
+// DirectMaxDocs. They are the documents of a direct answer and of a T3 prompt.
+func (c Config) Prefetch(results []rank.Result) []rank.Result {
+	cands := c.candidates(results)
+	return cands[:min(len(cands), c.DirectMaxDocs)]
+}
+
+func (c Config) candidates(results []rank.Result) []rank.Result {
+	var out []rank.Result
+	for _, r := range results {
+		if r.Relevance >= c.PrefetchMin {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// bestTwo returns the two highest relevances (results are ordered by compound score, which
+// need not follow R); missing values are 0.
+func bestTwo(rs []rank.Result) [2]float64 {
+	var b [2]float64
+	for _, r := range rs {
+		v := r.Relevance
+		if math.IsNaN(v) {
+			continue
+		}
+		switch {
+		case v > b[0]:
+			b[0], b[1] = v, b[0]
+		case v > b[1]:
+			b[1] = v
+		}
+	}
+	return b
+}

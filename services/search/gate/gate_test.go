@@ -1,0 +1,266 @@
+package gate
+
+import (
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/quarry-router/quarry/services/search/rank"
+	"github.com/quarry-router/quarry/services/search/tree"
+)
+
+// results builds ranked results with the given relevances, paths r0.md, r1.md, ...
+func results(rel ...float64) []rank.Result {
+	out := make([]rank.Result, len(rel))
+	for i, r := range rel {
+		out[i] = rank.Result{Doc: &tree.Document{Path: fmt.Sprintf("r%d.md", i)}, Relevance: r}
+	}
+	return out
+}
+
+func TestDirectGate(t *testing.T) {
+	tests := []struct {
+		name       string
+		rel        []float64
+		pass       bool
+		reason     string // a substring of Decision.Reason
+		top, secnd float64
+	}{
+		{"T2 passes on a single result above 0.85", []float64{0.86}, true, "single result above 0.85", 0.86, 0},
+		{"T2 counts only results with R >= 0.7 as results", []float64{0.86, 0.69, 0.5}, true, "single result", 0.86, 0},
+		{"T2 fails on a single result below 0.85", []float64{0.84}, false, "top 0.84 < 0.85", 0.84, 0},
+		{"T2 passes when the top reaches 0.93 whatever the second", []float64{0.95, 0.94}, true, "top 0.95 >= 0.93", 0.95, 0.94},
+		{"T2 passes on a lead of 0.08 or more", []float64{0.90, 0.78}, true, "gap 0.12 >= 0.08", 0.90, 0.78},
+		{"T2 passes on a lead of exactly 0.08", []float64{0.88, 0.80}, true, "gap 0.08 >= 0.08", 0.88, 0.80},
+		{"T2 fails on a crowd below 0.93 with a lead under 0.08", []float64{0.90, 0.85, 0.80}, false,
+			"top 0.90 < 0.93 and gap 0.05 < 0.08 over 3 results", 0.90, 0.85},
+		{"T2 fails when the top is below 0.85 even with a big lead", []float64{0.80, 0.70}, false, "top 0.80 < 0.85", 0.80, 0.70},
+		{"T2 fails with no result at 0.7", []float64{0.6, 0.5}, false, "no result with relevance >= 0.70 (top 0.60)", 0.6, 0},
+		{"T2 fails with no results", nil, false, "no result with relevance", 0, 0},
+		{"T2 judges relevance, not the compound order", []float64{0.75, 0.95}, true, "top 0.95 >= 0.93", 0.95, 0.75},
+	}
+	cfg := DefaultConfig()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := cfg.Direct(results(tc.rel...))
+			if d.Pass != tc.pass || !strings.Contains(d.Reason, tc.reason) || d.Top != tc.top || d.Second != tc.secnd {
+				t.Fatalf("Direct = %+v, want pass %v, reason containing %q, top %g, second %g",
+					d, tc.pass, tc.reason, tc.top, tc.secnd)
+			}
+			if (d.Route == Direct) != tc.pass {
+				t.Fatalf("Route %v with pass %v", d.Route, d.Pass)
+			}
+		})
+	}
+}
+
+func TestRoute(t *testing.T) {
+	tests := []struct {
+		name string
+		rel  []float64
+		want Route
+	}{
+		{"a passing T2 gate routes to the direct answer", []float64{0.97}, Direct},
+		{"a failed gate with some R >= 0.7 routes to one LLM call", []float64{0.84, 0.80}, SingleLLM},
+		{"R of exactly 0.7 counts for the single LLM call", []float64{0.70}, SingleLLM},
+		{"nothing at 0.7 routes to the agentic loop", []float64{0.69, 0.3}, Agentic},
+		{"no results route to the agentic loop", nil, Agentic},
+	}
+	cfg := DefaultConfig()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := cfg.Route(results(tc.rel...)); d.Route != tc.want {
+				t.Fatalf("Route = %+v, want %v", d, tc.want)
+			}
+		})
+	}
+}
+
+func TestPrefetch(t *testing.T) {
+	tests := []struct {
+		name string
+		rel  []float64
+		want []string
+	}{
+		{"keeps results with R >= 0.7 in result order", []float64{0.75, 0.5, 0.9}, []string{"r0.md", "r2.md"}},
+		{"keeps at most 5", []float64{0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9}, []string{"r0.md", "r1.md", "r2.md", "r3.md", "r4.md"}},
+		{"keeps nothing below 0.7", []float64{0.69}, nil},
+	}
+	cfg := DefaultConfig()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, r := range cfg.Prefetch(results(tc.rel...)) {
+				got = append(got, r.Doc.Path)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("Prefetch = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// kbContains is a Contains func over documents given as path → stems.
+func kbContains(docs map[string][]string) func(path, stem string) bool {
+	return func(path, stem string) bool { return slices.Contains(docs[path], stem) }
+}
+
+func TestOutOfDomain(t *testing.T) {
+	docs := kbContains(map[string][]string{
+		"r0.md": {"refresh", "token", "rotat"},
+		"r1.md": {"token", "session"},
+		"r2.md": {"arecord", "audio"},
+	})
+	tests := []struct {
+		name     string
+		in       OODInput
+		wantRule string
+	}{
+		{"no_results fires when the searches find nothing",
+			OODInput{Files: 10, AllTermsMatched: false}, RuleNoResults},
+		{"low_relevance fires in a KB of 50+ files when the best R < 0.45",
+			OODInput{Results: results(0.44, 0.2), Files: 50, AllTermsMatched: true}, RuleLowRelevance},
+		{"low_relevance does not fire in a KB under 50 files",
+			OODInput{Results: results(0.44), Files: 49, AllTermsMatched: true}, ""},
+		{"low_relevance does not fire at R 0.45",
+			OODInput{Results: results(0.45), Files: 5000, AllTermsMatched: true}, ""},
+		{"low_relevance looks at the best R, not the first result",
+			OODInput{Results: results(0.3, 0.6), Files: 5000, AllTermsMatched: true}, ""},
+		{"unmatched_term fires when a 4+ char word is in none of the top results",
+			OODInput{Results: results(0.6), Files: 10, Terms: []string{"rotate", "terraform"}, Contains: docs}, RuleUnmatchedTerm},
+		{"unmatched_term matches exact stems, not prefixes: are/arecord is no evidence",
+			OODInput{Results: results(0.6, 0.5, 0.4), Files: 10, Terms: []string{"record", "token"}, Contains: docs}, RuleUnmatchedTerm},
+		{"unmatched_term matches stems: rotating is rotation",
+			OODInput{Results: results(0.6), Files: 10, Terms: []string{"rotating", "tokens"}, Contains: docs}, ""},
+		{"unmatched_term counts a word found in any of the top results",
+			OODInput{Results: results(0.6, 0.5), Files: 10, Terms: []string{"refresh", "session"}, Contains: docs}, ""},
+		{"unmatched_term ignores words under 4 characters",
+			OODInput{Results: results(0.6), Files: 10, Terms: []string{"jwt", "token"}, Contains: docs}, ""},
+		{"unmatched_term ignores stop words",
+			OODInput{Results: results(0.6), Files: 10, Terms: []string{"which", "token"}, Contains: docs}, ""},
+		{"unmatched_term does not fire when the all-terms search matched",
+			OODInput{Results: results(0.6), Files: 10, AllTermsMatched: true, Terms: []string{"terraform"}, Contains: docs}, ""},
+		{"unmatched_term does not fire when the best R reaches 0.85",
+			OODInput{Results: results(0.85), Files: 10, Terms: []string{"terraform"}, Contains: docs}, ""},
+		{"unmatched_term looks only at the top 10 results",
+			OODInput{Results: results(0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6), Files: 10,
+				Terms: []string{"session"}, Contains: kbContains(map[string][]string{"r10.md": {"session"}})}, RuleUnmatchedTerm},
+		{"unmatched_term finds a word in the 10th result",
+			OODInput{Results: results(0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6), Files: 10,
+				Terms: []string{"session"}, Contains: kbContains(map[string][]string{"r9.md": {"session"}})}, ""},
+		{"unmatched_term cannot run without a Contains func",
+			OODInput{Results: results(0.6), Files: 10, Terms: []string{"terraform"}}, ""},
+		{"an in-domain question passes every rule",
+			OODInput{Results: results(0.95, 0.3), Files: 5000, AllTermsMatched: true, Terms: []string{"refresh", "token"}, Contains: docs}, ""},
+	}
+	cfg := DefaultConfig()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rule, ood := cfg.OutOfDomain(tc.in)
+			if rule != tc.wantRule || ood != (tc.wantRule != "") {
+				t.Fatalf("OutOfDomain = %q, %v; want %q", rule, ood, tc.wantRule)
+			}
+		})
+	}
+}
+
+func TestDecide(t *testing.T) {
+	cfg := DefaultConfig()
+	d, rule := cfg.Decide(OODInput{Files: 100})
+	if d.Route != OutOfDomain || rule != RuleNoResults || !strings.Contains(d.Reason, RuleNoResults) {
+		t.Fatalf("Decide with no results = %+v, %q", d, rule)
+	}
+	d, rule = cfg.Decide(OODInput{Results: results(0.97), Files: 100, AllTermsMatched: true})
+	if d.Route != Direct || rule != "" {
+		t.Fatalf("Decide with a clear answer = %+v, %q", d, rule)
+	}
+}
+
+func TestEntitySearch(t *testing.T) {
+	cfg := DefaultConfig()
+	trigger := []struct {
+		name string
+		n    int
+		want bool
+	}{
+		{"entity search runs on 0 results", 0, true},
+		{"entity search runs on 2 results", 2, true},
+		{"entity search does not run on 3 results", 3, false},
+	}
+	for _, tc := range trigger {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := cfg.NeedEntitySearch(tc.n); got != tc.want {
+				t.Fatalf("NeedEntitySearch(%d) = %v", tc.n, got)
+			}
+		})
+	}
+	terms := []struct {
+		name  string
+		words []string
+		want  []string
+	}{
+		{"entity terms skip stop words and words under 3 characters",
+			[]string{"how", "do", "i", "use", "k8", "vault"}, []string{"use", "vault"}},
+		{"entity terms are the first 3",
+			[]string{"terraform", "vault", "consul", "nomad"}, []string{"terraform", "vault", "consul"}},
+		{"entity terms do not repeat", []string{"vault", "vault", "consul"}, []string{"vault", "consul"}},
+		{"entity terms count characters, not bytes", []string{"çé", "ñandú"}, []string{"ñandú"}},
+		{"no words, no entity terms", nil, nil},
+	}
+	for _, tc := range terms {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := cfg.EntityTerms(tc.words); !slices.Equal(got, tc.want) {
+				t.Fatalf("EntityTerms(%v) = %v, want %v", tc.words, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRouteString(t *testing.T) {
+	for r, want := range map[Route]string{OutOfDomain: "out_of_domain", Direct: "direct", SingleLLM: "single_llm", Agentic: "agentic", 0: "unspecified"} {
+		if r.String() != want {
+			t.Errorf("%d.String() = %q, want %q", r, r.String(), want)
+		}
+	}
+}
+
+func TestConfig(t *testing.T) {
+	var c Config
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if c != DefaultConfig() {
+		t.Fatalf("flag defaults %+v differ from DefaultConfig %+v", c, DefaultConfig())
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	if got := c.Thresholds()["direct_min"]; got != 0.85 {
+		t.Errorf("Thresholds()[direct_min] = %g", got)
+	}
+	bad := []struct{ flag, value string }{
+		{"gate-direct-min", "1.2"},
+		{"gate-direct-high", "0.8"},  // below direct-min
+		{"gate-prefetch-min", "0.9"}, // above direct-min
+		{"gate-direct-max-docs", "0"},
+		{"gate-ood-top-k", "0"},
+		{"gate-entity-min-len", "0"},
+	}
+	for _, tc := range bad {
+		t.Run(tc.flag, func(t *testing.T) {
+			var c Config
+			fs := flag.NewFlagSet("t", flag.ContinueOnError)
+			c.RegisterFlags(fs)
+			if err := fs.Parse([]string{"-" + tc.flag, tc.value}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "-"+tc.flag) {
+				t.Fatalf("Validate = %v, want an error naming -%s", err, tc.flag)
+			}
+		})
+	}
+}

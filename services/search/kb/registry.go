@@ -1,0 +1,286 @@
+// Package kb keeps the knowledge bases a search service serves: each one's tree, search
+// index, term statistics, runtime signals and generation, swapped atomically on reload.
+package kb
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/quarry-router/quarry/services/search/engine"
+	"github.com/quarry-router/quarry/services/search/engine/bleve"
+	"github.com/quarry-router/quarry/services/search/manifest"
+	"github.com/quarry-router/quarry/services/search/rank"
+	"github.com/quarry-router/quarry/services/search/signals"
+	"github.com/quarry-router/quarry/services/search/tree"
+)
+
+// Errors returned by the registry.
+var (
+	ErrUnknownKB = errors.New("unknown knowledge base")
+	ErrInvalidID = errors.New("invalid knowledge base id")
+)
+
+// retireAfter is how long a replaced snapshot's index stays open for in-flight queries.
+const retireAfter = time.Minute
+
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+
+// ValidID reports whether id is a well-formed knowledge base id.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+// Config configures how knowledge bases are loaded.
+type Config struct {
+	Tree     tree.Config
+	Engine   bleve.Config
+	Signals  signals.Config
+	Manifest manifest.Config
+	// DataDir holds persistent search indexes, one folder per knowledge base; "" keeps
+	// them in memory.
+	DataDir string
+}
+
+// RegisterFlags registers the loading flags with their defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.Tree.RegisterFlags(fs)
+	c.Engine.RegisterFlags(fs)
+	c.Signals.RegisterFlags(fs)
+	c.Manifest.RegisterFlags(fs)
+	fs.StringVar(&c.DataDir, "data-dir", "", "folder for persistent search indexes (empty: in memory, rebuilt at start)")
+}
+
+// Validate rejects unusable settings.
+func (c *Config) Validate() error {
+	return errors.Join(c.Tree.Validate(), c.Engine.Validate(), c.Signals.Validate(), c.Manifest.Validate())
+}
+
+// KB is one immutable snapshot of a knowledge base; a reload builds a new one.
+type KB struct {
+	ID         string
+	Generation uint64
+	Tree       *tree.Tree
+	Engine     engine.Backend
+	Corpus     *rank.Corpus
+	Signals    *signals.Store
+	manifests  *manifest.Cache
+	cfg        manifest.Config
+	files      int
+}
+
+// Manifest returns the manifest of this generation, building it on first use.
+func (k *KB) Manifest() *manifest.Manifest {
+	return k.manifests.Get(k.Generation, func() *manifest.Manifest {
+		return manifest.Build(k.Tree, func(p string) float64 { return k.Signals.Get(p).Importance }, k.cfg)
+	})
+}
+
+// Files is the number of knowledge files (not summaries or stubs), the N of the
+// out-of-domain rule on KB size.
+func (k *KB) Files() int { return k.files }
+
+// State describes a knowledge base for watchers.
+type State struct {
+	ID         string
+	Generation uint64
+	Documents  int
+	Domains    []string
+}
+
+// Registry holds the knowledge bases.
+type Registry struct {
+	cfg Config
+	log *slog.Logger
+
+	mu   sync.RWMutex
+	kbs  map[string]*KB
+	subs map[chan []State]struct{}
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry(cfg Config, log *slog.Logger) *Registry {
+	return &Registry{cfg: cfg, log: log, kbs: map[string]*KB{}, subs: map[chan []State]struct{}{}}
+}
+
+// Get returns the current snapshot of a knowledge base.
+func (r *Registry) Get(id string) (*KB, error) {
+	if !ValidID(id) {
+		return nil, fmt.Errorf("%w: %q", ErrInvalidID, id)
+	}
+	r.mu.RLock()
+	k, ok := r.kbs[id]
+	r.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownKB, id)
+	}
+	return k, nil
+}
+
+// Load (re)loads a knowledge base from dir and bumps its generation. Queries keep using
+// the previous snapshot until the new one is complete.
+func (r *Registry) Load(ctx context.Context, id, dir string) (*KB, error) {
+	if !ValidID(id) {
+		return nil, fmt.Errorf("%w: %q", ErrInvalidID, id)
+	}
+	start := time.Now()
+	t, err := tree.Load(ctx, dir, r.cfg.Tree, r.log.With("kb", id))
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", id, err)
+	}
+	docs := make([]engine.Doc, 0, len(t.Docs))
+	for _, d := range t.Docs {
+		docs = append(docs, engine.Doc{Path: d.Path, Title: d.Title, Content: d.Content, Folder: d.Folder(), Archived: d.Archived, Summary: d.Summary})
+	}
+	ecfg := r.cfg.Engine
+	if r.cfg.DataDir != "" {
+		ecfg.Dir = filepath.Join(r.cfg.DataDir, id)
+		ecfg.Fingerprint = fingerprint(t)
+	}
+	idx, err := bleve.Build(ctx, docs, ecfg)
+	if err != nil {
+		return nil, fmt.Errorf("index %s: %w", id, err)
+	}
+	sig := signals.New(r.cfg.Signals, time.Now)
+	for _, d := range t.Docs {
+		sig.Seed(d.Path, d.Importance, d.Maturity, d.Updated)
+	}
+	k := &KB{
+		ID:        id,
+		Tree:      t,
+		Engine:    idx,
+		Corpus:    rank.NewCorpus(t.Docs),
+		Signals:   sig,
+		manifests: &manifest.Cache{},
+		cfg:       r.cfg.Manifest,
+	}
+	for _, d := range t.Docs {
+		if !d.Summary && !d.Archived {
+			k.files++
+		}
+	}
+
+	r.mu.Lock()
+	prev := r.kbs[id]
+	if prev != nil {
+		// Learned importance and maturity outlive a reload; only new files start fresh.
+		sig.Restore(prev.Signals.Snapshot())
+	}
+	// Generations must grow across restarts too, or a shared cache could serve answers
+	// computed from an older tree: start from the clock, never below the last one.
+	k.Generation = uint64(time.Now().UnixMilli())
+	if prev != nil && prev.Generation >= k.Generation {
+		k.Generation = prev.Generation + 1
+	}
+	r.kbs[id] = k
+	r.notifyLocked([]State{k.state()})
+	r.mu.Unlock()
+
+	if prev != nil {
+		// Queries that started on the old snapshot may still be searching it; every
+		// query has a deadline far shorter than this.
+		time.AfterFunc(retireAfter, func() { prev.Engine.Close() })
+	}
+	r.log.Info("knowledge base loaded", "kb", id, "generation", k.Generation, "documents", t.Len(),
+		"skipped", len(t.Skipped), "took", time.Since(start).Round(time.Millisecond))
+	return k, nil
+}
+
+// RunSignals flushes every knowledge base's runtime signals in the background until
+// ctx is done.
+func (r *Registry) RunSignals(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.mu.RLock()
+			for _, k := range r.kbs {
+				k.Signals.Flush()
+			}
+			r.mu.RUnlock()
+		}
+	}
+}
+
+// Close releases every index.
+func (r *Registry) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, k := range r.kbs {
+		k.Engine.Close()
+		delete(r.kbs, id)
+	}
+}
+
+// States returns the state of every knowledge base, sorted by id.
+func (r *Registry) States() []State {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.statesLocked()
+}
+
+func (r *Registry) statesLocked() []State {
+	out := make([]State, 0, len(r.kbs))
+	for _, k := range r.kbs {
+		out = append(out, k.state())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Watch returns a channel that first receives every knowledge base's state and then
+// each change, and a function to stop watching. A watcher that falls behind gets the
+// latest full state instead of a backlog.
+func (r *Registry) Watch() (<-chan []State, func()) {
+	ch := make(chan []State, 1)
+	r.mu.Lock()
+	ch <- r.statesLocked()
+	r.subs[ch] = struct{}{}
+	r.mu.Unlock()
+	return ch, func() {
+		r.mu.Lock()
+		delete(r.subs, ch)
+		r.mu.Unlock()
+	}
+}
+
+func (r *Registry) notifyLocked(changed []State) {
+	for ch := range r.subs {
+		select {
+		case ch <- changed:
+		default:
+			// The watcher has not read the last update: replace it with the full state,
+			// which includes this change.
+			select {
+			case <-ch:
+			default:
+			}
+			ch <- r.statesLocked()
+		}
+	}
+}
+
+func (k *KB) state() State {
+	return State{ID: k.ID, Generation: k.Generation, Documents: k.Tree.Len(), Domains: k.Tree.Domains()}
+}
+
+// fingerprint identifies a tree's content, so a persisted index is reused only for the
+// tree it was built from.
+func fingerprint(t *tree.Tree) string {
+	h := sha256.New()
+	for _, d := range t.Docs {
+		fmt.Fprintf(h, "%s\x00%s\x00%d\x00", d.Path, d.Title, len(d.Content))
+		h.Write([]byte(d.Content))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}

@@ -1,0 +1,348 @@
+// Package resolve runs the search side of the query path for one question: scoping,
+// search (all terms, then any term), entity search, ranking, the out-of-domain check,
+// the T2 gate and the answer.
+package resolve
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quarry-router/quarry/platform/text"
+	"github.com/quarry-router/quarry/services/search/answer"
+	"github.com/quarry-router/quarry/services/search/engine"
+	"github.com/quarry-router/quarry/services/search/gate"
+	"github.com/quarry-router/quarry/services/search/kb"
+	"github.com/quarry-router/quarry/services/search/rank"
+	"github.com/quarry-router/quarry/services/search/tree"
+)
+
+// Config holds every setting of the search side of the query path.
+type Config struct {
+	Rank   rank.Config
+	Gate   gate.Config
+	Answer answer.Config
+	// SearchLimit is how many engine hits each search considers.
+	SearchLimit int
+	// MaxSources bounds the sources returned with an answer.
+	MaxSources int
+}
+
+// RegisterFlags registers the flags of every stage with SPEC's defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.Rank.RegisterFlags(fs)
+	c.Gate.RegisterFlags(fs)
+	c.Answer.RegisterFlags(fs)
+	fs.IntVar(&c.SearchLimit, "search-limit", 50, "engine hits considered per search")
+	fs.IntVar(&c.MaxSources, "max-sources", 10, "sources returned with an answer")
+}
+
+// Validate rejects unusable settings.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.SearchLimit < 1 || c.SearchLimit > 1000 {
+		errs = append(errs, fmt.Errorf("-search-limit must be in [1,1000], got %d", c.SearchLimit))
+	}
+	if c.MaxSources < 1 || c.MaxSources > 100 {
+		errs = append(errs, fmt.Errorf("-max-sources must be in [1,100], got %d", c.MaxSources))
+	}
+	return errors.Join(append(errs, c.Rank.Validate(), c.Gate.Validate(), c.Answer.Validate())...)
+}
+
+// Stage is the wall time of one step.
+type Stage struct {
+	Name     string
+	Duration time.Duration
+	Outcome  string
+}
+
+// Trace records the inputs and the outcome of the routing decision.
+type Trace struct {
+	SearchText      string
+	Scope           string
+	AllTermsMatched bool
+	EntityTerms     []string
+	OODRule         string
+	Decision        gate.Decision
+}
+
+// Result is the routing decision for one question.
+type Result struct {
+	KB               *kb.KB
+	Route            gate.Route
+	Answer           string
+	FallbackDegraded bool
+	// Results are the ranked results after the gap filter, at most MaxSources.
+	Results []rank.Result
+	// Excerpts maps each result's path to its best passage.
+	Excerpts   map[string]string
+	Prefetched []*tree.Document
+	Trace      Trace
+	Stages     []Stage
+}
+
+// Resolver answers questions against the knowledge bases of a registry.
+type Resolver struct {
+	cfg Config
+	reg *kb.Registry
+	now func() time.Time
+}
+
+// New returns a resolver.
+func New(cfg Config, reg *kb.Registry, now func() time.Time) *Resolver {
+	return &Resolver{cfg: cfg, reg: reg, now: now}
+}
+
+// query is a question split into what the engine searches for.
+type query struct {
+	scope string
+	words []string // all words of the unscoped text
+	terms []string // search terms: words minus stop words
+	stems []string
+}
+
+func (r *Resolver) parse(k *kb.KB, q, scope string) (query, error) {
+	if scope == "" {
+		scope, q = tree.ParseScope(q, k.Tree.Domains())
+	} else {
+		clean, err := tree.CleanPath(scope)
+		if err != nil {
+			return query{}, fmt.Errorf("scope %q: %w", scope, err)
+		}
+		scope = clean
+	}
+	words := text.Words(q)
+	terms := make([]string, 0, len(words))
+	for _, w := range words {
+		if !text.IsStopWord(w) {
+			terms = append(terms, w)
+		}
+	}
+	return query{scope: scope, words: words, terms: terms, stems: text.Stems(terms)}, nil
+}
+
+// Resolve routes a question.
+func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error) {
+	k, err := r.reg.Get(kbID)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{KB: k}
+	clock := newClock()
+
+	pq, err := r.parse(k, q, "")
+	if err != nil {
+		return nil, err
+	}
+	res.Trace.Scope = pq.scope
+	res.Trace.SearchText = strings.Join(pq.terms, " ")
+	clock.stage(&res.Stages, "parse", fmt.Sprintf("%d terms", len(pq.terms)))
+
+	cands, allTerms, err := r.search(ctx, k, pq)
+	if err != nil {
+		return nil, err
+	}
+	res.Trace.AllTermsMatched = allTerms
+	clock.stage(&res.Stages, "search", fmt.Sprintf("%d hits", len(cands)))
+
+	if r.cfg.Gate.NeedEntitySearch(len(cands)) {
+		ents := r.cfg.Gate.EntityTerms(pq.words)
+		res.Trace.EntityTerms = ents
+		more, err := r.entitySearch(ctx, k, pq.scope, ents)
+		if err != nil {
+			return nil, err
+		}
+		cands = merge(cands, more)
+		clock.stage(&res.Stages, "entity_search", fmt.Sprintf("%d terms, %d hits", len(ents), len(cands)))
+	}
+
+	ranked := r.rank(k, pq, cands)
+	clock.stage(&res.Stages, "rank", fmt.Sprintf("%d results", len(ranked)))
+
+	rule, ood := r.cfg.Gate.OutOfDomain(gate.OODInput{
+		Results:         ranked,
+		Files:           k.Files(),
+		AllTermsMatched: allTerms,
+		Terms:           pq.terms,
+		Contains:        k.Corpus.Contains,
+	})
+	res.Trace.OODRule = rule
+	if ood {
+		res.Route = gate.OutOfDomain
+		res.Answer = answer.OutOfDomain(q)
+		res.Results = nil
+		clock.stage(&res.Stages, "gate", "out of domain: "+rule)
+		return res, nil
+	}
+
+	dec := r.cfg.Gate.Route(ranked)
+	res.Trace.Decision = dec
+	res.Route = dec.Route
+	clock.stage(&res.Stages, "gate", dec.Reason)
+
+	k.Signals.RecordHits(paths(ranked))
+	if len(ranked) > r.cfg.MaxSources {
+		ranked = ranked[:r.cfg.MaxSources]
+	}
+	res.Results = ranked
+	res.Excerpts = make(map[string]string, len(ranked))
+	for _, rr := range ranked {
+		res.Excerpts[rr.Doc.Path] = r.cfg.Answer.Excerpt(rr.Doc.Content, pq.terms)
+	}
+
+	top := r.cfg.Gate.Prefetch(ranked)
+	docs := make([]*tree.Document, len(top))
+	for i, t := range top {
+		docs[i] = t.Doc
+	}
+	switch dec.Route {
+	case gate.Direct:
+		res.Answer = answer.Direct(q, docs, answer.Gaps(q, docs, k.Corpus.Contains), r.cfg.Answer)
+	default:
+		res.Prefetched = docs
+		res.FallbackDegraded = true
+		res.Answer = answer.Extractive(q, ranked, func(d *tree.Document) string { return res.Excerpts[d.Path] },
+			"no LLM answered; these are the passages of the knowledge base that best match the question")
+	}
+	clock.stage(&res.Stages, "answer", fmt.Sprintf("%d documents", len(docs)))
+	return res, nil
+}
+
+// Search returns ranked results for a query under an explicit scope (the agent's
+// search tool). An empty scope lets the query scope itself as in Resolve.
+func (r *Resolver) Search(ctx context.Context, kbID, q, scope string, limit int) (*kb.KB, []rank.Result, error) {
+	k, err := r.reg.Get(kbID)
+	if err != nil {
+		return nil, nil, err
+	}
+	pq, err := r.parse(k, q, scope)
+	if err != nil {
+		return nil, nil, err
+	}
+	cands, _, err := r.search(ctx, k, pq)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.cfg.Gate.NeedEntitySearch(len(cands)) {
+		more, err := r.entitySearch(ctx, k, pq.scope, r.cfg.Gate.EntityTerms(pq.words))
+		if err != nil {
+			return nil, nil, err
+		}
+		cands = merge(cands, more)
+	}
+	ranked := r.rank(k, pq, cands)
+	if len(ranked) > limit {
+		ranked = ranked[:limit]
+	}
+	return k, ranked, nil
+}
+
+// search runs the all-terms search and falls back to any term when it finds nothing.
+func (r *Resolver) search(ctx context.Context, k *kb.KB, pq query) ([]rank.Candidate, bool, error) {
+	if len(pq.terms) == 0 {
+		return nil, false, nil
+	}
+	eq := engine.Query{Terms: pq.terms, Scope: pq.scope, AllTerms: true, Limit: r.cfg.SearchLimit}
+	hits, err := k.Engine.Search(ctx, eq)
+	if err != nil {
+		return nil, false, fmt.Errorf("search %s: %w", k.ID, err)
+	}
+	all := len(hits) > 0
+	if !all && len(pq.terms) > 1 {
+		eq.AllTerms = false
+		if hits, err = k.Engine.Search(ctx, eq); err != nil {
+			return nil, false, fmt.Errorf("search %s: %w", k.ID, err)
+		}
+	}
+	return candidates(k, hits, false), all, nil
+}
+
+// entitySearch searches each entity term on its own, in parallel (SPEC "Entity search").
+func (r *Resolver) entitySearch(ctx context.Context, k *kb.KB, scope string, ents []string) ([]rank.Candidate, error) {
+	out := make([][]engine.Hit, len(ents))
+	errs := make([]error, len(ents))
+	var wg sync.WaitGroup
+	for i, e := range ents {
+		wg.Go(func() {
+			out[i], errs[i] = k.Engine.Search(ctx, engine.Query{Terms: []string{e}, Scope: scope, AllTerms: true, Limit: r.cfg.SearchLimit})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("entity search %s: %w", k.ID, err)
+	}
+	var cands []rank.Candidate
+	for _, hits := range out {
+		cands = merge(cands, candidates(k, hits, true))
+	}
+	return cands, nil
+}
+
+func (r *Resolver) rank(k *kb.KB, pq query, cands []rank.Candidate) []rank.Result {
+	return r.cfg.Rank.Rank(r.now(), k.Corpus, pq.stems, cands,
+		func(d *tree.Document) rank.Signal {
+			s := k.Signals.Get(d.Path)
+			return rank.Signal{Importance: s.Importance, Maturity: s.Maturity}
+		},
+		k.Tree.Summary)
+}
+
+func candidates(k *kb.KB, hits []engine.Hit, entity bool) []rank.Candidate {
+	out := make([]rank.Candidate, 0, len(hits))
+	for _, h := range hits {
+		d, ok := k.Tree.ByPath[h.Path]
+		if !ok {
+			continue // the index is built from the tree, so this is a stale hit at most
+		}
+		out = append(out, rank.Candidate{Doc: d, EngineScore: h.Score, FromEntity: entity})
+	}
+	return out
+}
+
+// merge adds the candidates of b whose path a does not have yet.
+func merge(a, b []rank.Candidate) []rank.Candidate {
+	seen := make(map[string]struct{}, len(a)+len(b))
+	for _, c := range a {
+		seen[c.Doc.Path] = struct{}{}
+	}
+	for _, c := range b {
+		if _, ok := seen[c.Doc.Path]; ok {
+			continue
+		}
+		seen[c.Doc.Path] = struct{}{}
+		a = append(a, c)
+	}
+	return a
+}
+
+func paths(rs []rank.Result) []string {
+	out := make([]string, 0, len(rs))
+	for _, r := range rs {
+		if !r.Propagated {
+			out = append(out, r.Doc.Path)
+		}
+	}
+	return out
+}
+
+// clock times consecutive stages.
+type clock struct {
+	now  func() time.Time
+	last time.Time
+}
+
+// newClock uses the wall clock even when the resolver has a fixed one for recency.
+func newClock() *clock { return &clock{now: time.Now, last: time.Now()} }
+
+func (c *clock) stage(stages *[]Stage, name, outcome string) {
+	t := c.now()
+	*stages = append(*stages, Stage{Name: name, Duration: t.Sub(c.last), Outcome: outcome})
+	c.last = t
+}
+
+// Config returns the resolver's settings, for traces that report thresholds.
+func (r *Resolver) Config() Config { return r.cfg }

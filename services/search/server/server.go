@@ -1,0 +1,157 @@
+// Package server is the gRPC edge of the search service: it converts between protobuf
+// messages and the domain types, and maps domain errors to status codes in one place.
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/services/search/kb"
+	"github.com/quarry-router/quarry/services/search/resolve"
+	"github.com/quarry-router/quarry/services/search/tree"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Server implements quarryv1.SearchServiceServer.
+type Server struct {
+	quarryv1.UnimplementedSearchServiceServer
+	reg *kb.Registry
+	res *resolve.Resolver
+	log *slog.Logger
+}
+
+// New returns the search service's gRPC server.
+func New(reg *kb.Registry, res *resolve.Resolver, log *slog.Logger) *Server {
+	return &Server{reg: reg, res: res, log: log}
+}
+
+// maxQueryBytes bounds the text of Resolve and Search requests; the gateway enforces
+// its own, usually smaller, limit for users.
+const maxQueryBytes = 64 << 10
+
+// Resolve routes a question.
+func (s *Server) Resolve(ctx context.Context, req *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error) {
+	if len(req.GetQuery()) > maxQueryBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "query is %d bytes, the limit is %d", len(req.GetQuery()), maxQueryBytes)
+	}
+	r, err := s.res.Resolve(ctx, req.GetKnowledgeBase(), req.GetQuery())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	resp := &quarryv1.ResolveResponse{
+		Route:            routeTier(r.Route),
+		Answer:           r.Answer,
+		FallbackDegraded: r.FallbackDegraded,
+		Sources:          sources(r.Results, r.Excerpts),
+		Generation:       r.KB.Generation,
+	}
+	for _, d := range r.Prefetched {
+		resp.Prefetched = append(resp.Prefetched, document(d, r.KB))
+	}
+	if req.GetExplain() {
+		resp.Gate = gateTrace(r, s.res.Config())
+		resp.Stages = stages(r.Stages)
+	}
+	return resp, nil
+}
+
+// Search returns ranked results.
+func (s *Server) Search(ctx context.Context, req *quarryv1.SearchRequest) (*quarryv1.SearchResponse, error) {
+	limit := int(req.GetLimit())
+	switch {
+	case limit == 0:
+		limit = 10
+	case limit < 0 || limit > 50:
+		return nil, status.Errorf(codes.InvalidArgument, "limit must be in [1,50], got %d", limit)
+	}
+	if len(req.GetQuery()) > maxQueryBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "query is %d bytes, the limit is %d", len(req.GetQuery()), maxQueryBytes)
+	}
+	k, results, err := s.res.Search(ctx, req.GetKnowledgeBase(), req.GetQuery(), req.GetScope(), limit)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &quarryv1.SearchResponse{Results: sources(results, nil), Generation: k.Generation}, nil
+}
+
+// ReadDocument returns one document.
+func (s *Server) ReadDocument(ctx context.Context, req *quarryv1.ReadDocumentRequest) (*quarryv1.ReadDocumentResponse, error) {
+	k, err := s.reg.Get(req.GetKnowledgeBase())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	d, err := k.Tree.Doc(req.GetPath())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &quarryv1.ReadDocumentResponse{Document: document(d, k), Generation: k.Generation}, nil
+}
+
+// ListFolder lists one folder.
+func (s *Server) ListFolder(ctx context.Context, req *quarryv1.ListFolderRequest) (*quarryv1.ListFolderResponse, error) {
+	k, err := s.reg.Get(req.GetKnowledgeBase())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	entries, err := k.Tree.List(req.GetPath())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	resp := &quarryv1.ListFolderResponse{Generation: k.Generation}
+	for _, e := range entries {
+		resp.Entries = append(resp.Entries, &quarryv1.FolderEntry{Path: e.Path, Folder: e.Folder, Title: e.Title, HasSummary: e.HasSummary, Archived: e.Archived})
+	}
+	return resp, nil
+}
+
+// GetManifest returns the manifest, built lazily per generation.
+func (s *Server) GetManifest(ctx context.Context, req *quarryv1.GetManifestRequest) (*quarryv1.GetManifestResponse, error) {
+	k, err := s.reg.Get(req.GetKnowledgeBase())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return manifestProto(k.Manifest(), k.Generation), nil
+}
+
+// ListKnowledgeBases lists the knowledge bases.
+func (s *Server) ListKnowledgeBases(ctx context.Context, _ *quarryv1.ListKnowledgeBasesRequest) (*quarryv1.ListKnowledgeBasesResponse, error) {
+	return &quarryv1.ListKnowledgeBasesResponse{KnowledgeBases: states(s.reg.States())}, nil
+}
+
+// WatchGenerations streams generation changes.
+func (s *Server) WatchGenerations(_ *quarryv1.WatchGenerationsRequest, stream grpc.ServerStreamingServer[quarryv1.WatchGenerationsResponse]) error {
+	ch, stop := s.reg.Watch()
+	defer stop()
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case st := <-ch:
+			if err := stream.Send(&quarryv1.WatchGenerationsResponse{KnowledgeBases: states(st)}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// toStatus is the one place where domain errors become gRPC status codes. Causes that
+// are not the caller's business are logged, not returned.
+func (s *Server) toStatus(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, kb.ErrInvalidID), errors.Is(err, tree.ErrOutsideTree), errors.Is(err, tree.ErrInvalidPath):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, kb.ErrUnknownKB), errors.Is(err, tree.ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "search deadline exceeded")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "canceled")
+	default:
+		s.log.ErrorContext(ctx, "search failed", "err", err)
+		return status.Error(codes.Internal, "search failed")
+	}
+}
