@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quarry-router/quarry/gateway/cache"
 	gatewayapp "github.com/quarry-router/quarry/gateway/app"
+	"github.com/quarry-router/quarry/gateway/cache"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/quarry-router/quarry/platform/text"
