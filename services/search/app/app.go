@@ -30,8 +30,6 @@ type Config struct {
 	KBRoot  string
 	Load    kb.Config
 	Resolve resolve.Config
-	// SignalsFlush is how often runtime importance is aggregated.
-	SignalsFlush time.Duration
 }
 
 // RegisterFlags registers every flag with its default.
@@ -39,7 +37,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:7701", "address to serve the SearchService on (host:port)")
 	fs.Var(&c.KBs, "kb", "knowledge base to serve as id=folder (repeatable)")
 	fs.StringVar(&c.KBRoot, "kb-root", "", "folder whose subfolders are knowledge bases, each named after its folder")
-	fs.DurationVar(&c.SignalsFlush, "signals-flush", time.Second, "how often search hits are folded into runtime importance")
 	c.Load.RegisterFlags(fs)
 	c.Resolve.RegisterFlags(fs)
 }
@@ -49,9 +46,6 @@ func (c *Config) Validate() error {
 	var errs []error
 	if len(c.KBs) == 0 && c.KBRoot == "" {
 		errs = append(errs, errors.New("no knowledge base: set -kb id=folder or -kb-root folder"))
-	}
-	if c.SignalsFlush <= 0 {
-		errs = append(errs, fmt.Errorf("-signals-flush must be positive, got %v", c.SignalsFlush))
 	}
 	return errors.Join(append(errs, c.Load.Validate(), c.Resolve.Validate())...)
 }
@@ -112,7 +106,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 			return err
 		}
 	}
-	go reg.RunSignals(ctx, cfg.SignalsFlush)
+	go reg.RunSignals(ctx, cfg.Load.Signals.FlushInterval)
 
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
