@@ -180,6 +180,11 @@ type OODInput struct {
 	// Contains reports whether a document contains a stem exactly (rank.Corpus.Contains).
 	// Without it the unmatched-term rule cannot run.
 	Contains func(path, stem string) bool
+	// InKB reports whether any document of the KB contains a stem. When set, an unmatched
+	// word counts only if the KB never uses it: a word the KB knows but the top results
+	// lack ("configure", "settings") is a rewording, not a topic the KB lacks, whereas a
+	// name it never mentions ("kafka") is.
+	InKB func(stem string) bool
 }
 
 // OutOfDomain applies SPEC §2's out-of-domain rules in order and returns the first that
@@ -208,6 +213,9 @@ func (c Config) OutOfDomain(in OODInput) (rule string, ood bool) {
 				continue
 			}
 			stem := text.Stem(w)
+			if in.InKB != nil && in.InKB(stem) {
+				continue
+			}
 			if !slices.ContainsFunc(top, func(r rank.Result) bool { return in.Contains(r.Doc.Path, stem) }) {
 				return RuleUnmatchedTerm, true
 			}

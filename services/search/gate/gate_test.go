@@ -152,6 +152,12 @@ func TestOutOfDomain(t *testing.T) {
 				Terms: []string{"session"}, Contains: kbContains(map[string][]string{"r9.md": {"session"}})}, ""},
 		{"unmatched_term cannot run without a Contains func",
 			OODInput{Results: results(0.6), Files: 10, Terms: []string{"terraform"}}, ""},
+		{"unmatched_term ignores a word the KB uses elsewhere: a rewording, not a new topic",
+			OODInput{Results: results(0.6), Files: 10, Terms: []string{"rotate", "session"}, Contains: kbContains(map[string][]string{"r0.md": {"rotat"}}),
+				InKB: func(stem string) bool { return stem == "session" }}, ""},
+		{"unmatched_term still fires on a name the KB never uses",
+			OODInput{Results: results(0.6), Files: 10, Terms: []string{"rotate", "terraform"}, Contains: kbContains(map[string][]string{"r0.md": {"rotat"}}),
+				InKB: func(stem string) bool { return stem == "rotat" }}, RuleUnmatchedTerm},
 		{"an in-domain question passes every rule",
 			OODInput{Results: results(0.95, 0.3), Files: 5000, AllTermsMatched: true, Terms: []string{"refresh", "token"}, Contains: docs}, ""},
 	}

@@ -11,15 +11,20 @@
 //
 // but computes R, the relevance in [0,1], from two kinds of evidence:
 //
-//	R_i = cov_i × s_i / (s_1 + λ·s_2)
+//	e_i = cov_i × s_i                      (coverage-weighted engine score)
+//	R_i = cov_i × e_i / (e_1 + λ·e_2)
 //
-// s_i is the engine score (BM25), s_1 and s_2 the best and second-best engine scores of the
-// query (s_2 = 0 with one result), λ the crowding (default 0.15). The ratio says how far a
-// result stands out: a single result gets 1, the top of a tie 1/(1+λ) ≈ 0.87, a runner-up
-// at half the top's score under 0.5. cov_i is the idf-weighted share of the query's stems
+// s_i is the engine score (BM25); cov_i is the idf-weighted share of the query's stems
 // that document i contains exactly (prefix and typo matches do not count), with a stem
 // absent from the KB weighing the most: a document that matches "rotation" but not the
 // never-mentioned product name in the question is no answer, however high its BM25.
+// e_1 and e_2 are the best and second-best evidence of the query (e_2 = 0 with one
+// result) and λ the crowding (default 0.15). The ratio says how far a result stands out
+// among the results that actually answer the query: a single covering result gets
+// R = cov, the top of a tie cov/(1+λ) ≈ 0.87·cov, a runner-up at half the top's evidence
+// under 0.5. Weighing the engine score by coverage first matters: a short folder summary
+// that matches two common words of the question can out-score the one document that
+// matches all of them, and must not set the scale the real answer is measured against.
 //
 // The compound score orders results; the gates decide on R, so a new draft file (which
 // can never reach a compound 0.85) can still be the direct answer.
@@ -172,38 +177,39 @@ func (c Config) Rank(now time.Time, corpus *Corpus, stems []string, cands []Cand
 	if len(cands) == 0 {
 		return nil
 	}
-	s1, s2 := topTwo(cands)
-	tie := s1 <= 0
-	if tie {
-		// The engine did not rank (every score zero): all results tie.
-		s1, s2 = 1, 0
-		if len(cands) > 1 {
-			s2 = 1
+	tie := true
+	for _, cd := range cands {
+		if cd.EngineScore > 0 {
+			tie = false
+			break
 		}
 	}
 	results := make([]Result, 0, len(cands))
-	for _, cd := range cands {
+	evidence := make([]float64, len(cands))
+	for i, cd := range cands {
 		s := max(cd.EngineScore, 0)
 		if tie {
+			// The engine did not rank (every score zero): all results tie.
 			s = 1
 		}
 		cov := 1.0
 		if corpus != nil {
 			cov = corpus.Coverage(cd.Doc.Path, stems)
 		}
-		r := Result{
-			Doc:         cd.Doc,
-			EngineScore: cd.EngineScore,
-			Coverage:    cov,
-			Relevance:   cov * s / (s1 + c.Crowding*s2),
-			FromEntity:  cd.FromEntity,
+		evidence[i] = cov * s
+		results = append(results, Result{Doc: cd.Doc, EngineScore: cd.EngineScore, Coverage: cov, FromEntity: cd.FromEntity})
+	}
+	e1, e2 := topTwo(evidence)
+	for i := range results {
+		r := &results[i]
+		if e1 > 0 {
+			r.Relevance = r.Coverage * evidence[i] / (e1 + c.Crowding*e2)
 		}
-		sig := signal(cd.Doc)
+		sig := signal(r.Doc)
 		r.Importance = min(max(sig.Importance, 0), 100)
-		r.Recency = c.recency(now, cd.Doc.Updated)
+		r.Recency = c.recency(now, r.Doc.Updated)
 		r.Boost = c.boost(sig.Maturity)
 		r.Score = c.compound(r.Relevance, r.Importance, r.Recency, r.Boost)
-		results = append(results, r)
 	}
 	results = c.propagate(results, summary)
 	sortResults(results)
@@ -361,16 +367,15 @@ func dedupe(cands []Candidate) []Candidate {
 	return out
 }
 
-// topTwo returns the best and second-best engine scores (0 when absent).
-func topTwo(cands []Candidate) (s1, s2 float64) {
-	for _, cd := range cands {
-		s := max(cd.EngineScore, 0)
+// topTwo returns the largest and second-largest of xs (0 when absent).
+func topTwo(xs []float64) (first, second float64) {
+	for _, x := range xs {
 		switch {
-		case s > s1:
-			s1, s2 = s, s1
-		case s > s2:
-			s2 = s
+		case x > first:
+			first, second = x, first
+		case x > second:
+			second = x
 		}
 	}
-	return s1, s2
+	return first, second
 }

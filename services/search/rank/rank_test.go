@@ -206,6 +206,31 @@ func TestCoverageScalesRelevance(t *testing.T) {
 	}
 }
 
+func TestCoverageWeighsTheScaleOfRelevance(t *testing.T) {
+	// A short folder summary matching two common words of the question can out-score,
+	// in raw BM25, the one document holding every word. The summary must not set the
+	// scale the real answer is measured against.
+	docs := []*tree.Document{
+		{Path: "auth/keyring/_index.md", Title: "Keyring approval", Content: "Keyring approval overview.", Summary: true, Updated: now},
+		{Path: "auth/keyring/vremenux.md", Title: "Thresholds", Content: "Keyring approval with vremenux.", Updated: now},
+	}
+	corpus := NewCorpus(docs)
+	stems := QueryStems([]string{"vremenux", "keyring", "approval"})
+	cfg := DefaultConfig()
+	cfg.GapRatio = 0
+	rs := byPath(cfg.Rank(now, corpus, stems, []Candidate{
+		{Doc: docs[0], EngineScore: 2.5},
+		{Doc: docs[1], EngineScore: 1.7},
+	}, signals(tree.Validated), noSummaries))
+	answer, summary := rs["auth/keyring/vremenux.md"], rs["auth/keyring/_index.md"]
+	if answer.Relevance < 0.9 {
+		t.Errorf("the document covering every word has R %.3f, want >= 0.9 (summary R %.3f)", answer.Relevance, summary.Relevance)
+	}
+	if summary.Relevance >= answer.Relevance {
+		t.Errorf("summary R %.3f >= answer R %.3f", summary.Relevance, answer.Relevance)
+	}
+}
+
 func TestOrder(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.GapRatio = 0

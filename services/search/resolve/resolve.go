@@ -152,7 +152,7 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 	if r.cfg.Gate.NeedEntitySearch(len(cands)) {
 		ents := r.cfg.Gate.EntityTerms(pq.words)
 		res.Trace.EntityTerms = ents
-		more, err := r.entitySearch(ctx, k, pq.scope, ents)
+		more, err := r.entitySearch(ctx, k, pq.scope, ents, topScore(cands))
 		if err != nil {
 			return nil, err
 		}
@@ -169,12 +169,14 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 		AllTermsMatched: allTerms,
 		Terms:           pq.terms,
 		Contains:        k.Corpus.Contains,
+		InKB:            func(stem string) bool { return k.Corpus.DF(stem) > 0 },
 	})
 	res.Trace.OODRule = rule
 	if ood {
 		res.Route = gate.OutOfDomain
 		res.Answer = answer.OutOfDomain(q)
-		res.Results = nil
+		// Kept for the explain trace only: an out-of-domain answer has no sources.
+		res.Results = ranked[:min(len(ranked), r.cfg.MaxSources)]
 		clock.stage(&res.Stages, "gate", "out of domain: "+rule)
 		return res, nil
 	}
@@ -228,7 +230,7 @@ func (r *Resolver) Search(ctx context.Context, kbID, q, scope string, limit int)
 		return nil, nil, err
 	}
 	if r.cfg.Gate.NeedEntitySearch(len(cands)) {
-		more, err := r.entitySearch(ctx, k, pq.scope, r.cfg.Gate.EntityTerms(pq.words))
+		more, err := r.entitySearch(ctx, k, pq.scope, r.cfg.Gate.EntityTerms(pq.words), topScore(cands))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -262,7 +264,13 @@ func (r *Resolver) search(ctx context.Context, k *kb.KB, pq query) ([]rank.Candi
 }
 
 // entitySearch searches each entity term on its own, in parallel (SPEC "Entity search").
-func (r *Resolver) entitySearch(ctx context.Context, k *kb.KB, scope string, ents []string) ([]rank.Candidate, error) {
+//
+// Engine scores of different queries are not on one scale (Bleve's query norm and
+// coordination factors depend on the query), so each entity search's scores are rescaled
+// to put its best hit level with the main search's best (mainTop; unchanged when the main
+// search found nothing). Coverage then tells the document matching every word from the
+// ones an entity search found for one word.
+func (r *Resolver) entitySearch(ctx context.Context, k *kb.KB, scope string, ents []string, mainTop float64) ([]rank.Candidate, error) {
 	out := make([][]engine.Hit, len(ents))
 	errs := make([]error, len(ents))
 	var wg sync.WaitGroup
@@ -277,9 +285,32 @@ func (r *Resolver) entitySearch(ctx context.Context, k *kb.KB, scope string, ent
 	}
 	var cands []rank.Candidate
 	for _, hits := range out {
+		rescale(hits, mainTop)
 		cands = merge(cands, candidates(k, hits, true))
 	}
 	return cands, nil
+}
+
+// rescale multiplies hits' scores so that the best equals top (if top > 0).
+func rescale(hits []engine.Hit, top float64) {
+	best := 0.0
+	for _, h := range hits {
+		best = max(best, h.Score)
+	}
+	if top <= 0 || best <= 0 {
+		return
+	}
+	for i := range hits {
+		hits[i].Score *= top / best
+	}
+}
+
+func topScore(cands []rank.Candidate) float64 {
+	best := 0.0
+	for _, c := range cands {
+		best = max(best, c.EngineScore)
+	}
+	return best
 }
 
 func (r *Resolver) rank(k *kb.KB, pq query, cands []rank.Candidate) []rank.Result {

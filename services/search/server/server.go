@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/services/search/gate"
 	"github.com/quarry-router/quarry/services/search/kb"
 	"github.com/quarry-router/quarry/services/search/resolve"
 	"github.com/quarry-router/quarry/services/search/tree"
@@ -46,8 +47,10 @@ func (s *Server) Resolve(ctx context.Context, req *quarryv1.ResolveRequest) (*qu
 		Route:            routeTier(r.Route),
 		Answer:           r.Answer,
 		FallbackDegraded: r.FallbackDegraded,
-		Sources:          sources(r.Results, r.Excerpts),
 		Generation:       r.KB.Generation,
+	}
+	if r.Route != gate.OutOfDomain {
+		resp.Sources = sources(r.Results, r.Excerpts)
 	}
 	for _, d := range r.Prefetched {
 		resp.Prefetched = append(resp.Prefetched, document(d, r.KB))

@@ -22,6 +22,7 @@ import (
 	"github.com/blevesearch/bleve/v2/analysis/tokenmap"
 	"github.com/blevesearch/bleve/v2/index/scorch"
 	"github.com/blevesearch/bleve/v2/mapping"
+	"github.com/blevesearch/bleve/v2/search"
 	"github.com/blevesearch/bleve/v2/search/query"
 	bleveindex "github.com/blevesearch/bleve_index_api"
 
@@ -58,6 +59,8 @@ type Index struct {
 	cfg    Config
 	n      int
 	reused bool
+	// bm25 carries the true average field lengths into every search; see bm25Stats.
+	bm25 *search.BM25Stats
 }
 
 var _ engine.Backend = (*Index)(nil)
@@ -70,8 +73,12 @@ func Build(ctx context.Context, docs []engine.Doc, cfg Config) (*Index, error) {
 	}
 	if cfg.Dir != "" {
 		ix, err := reopen(cfg)
-		if err != nil || ix != nil {
-			return ix, err
+		if err != nil {
+			return nil, err
+		}
+		if ix != nil {
+			ix.bm25 = bm25Stats(docs)
+			return ix, nil
 		}
 		if err := removeIndexDir(cfg.Dir); err != nil {
 			return nil, err
@@ -87,7 +94,7 @@ func Build(ctx context.Context, docs []engine.Doc, cfg Config) (*Index, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bleve create %q: %w", cfg.Dir, err)
 	}
-	ix := &Index{idx: idx, cfg: cfg}
+	ix := &Index{idx: idx, cfg: cfg, bm25: bm25Stats(docs)}
 	if err := ix.load(ctx, docs); err != nil {
 		_ = idx.Close()
 		return nil, err
@@ -194,6 +201,38 @@ func (ix *Index) load(ctx context.Context, docs []engine.Doc) error {
 	}
 	ix.n = len(seen)
 	return nil
+}
+
+// bm25Stats returns the document count and, per text field, the total number of indexed
+// tokens. Bleve derives BM25's average field length as FieldCardinality / DocCount, and
+// its own FieldCardinality is the number of DISTINCT terms in the field: on a 5,000-file
+// KB that made the "average" content length ~4 tokens, so every 300-word document was
+// scored as 75 times longer than average and short folder summaries out-scored the
+// document holding the question's rare words (a unique word occurring twice scored 0.02).
+// Handing Bleve the token totals makes avgdl the real average.
+// Without documents (an index reopened by a caller that has none) Bleve keeps its own.
+func bm25Stats(docs []engine.Doc) *search.BM25Stats {
+	if len(docs) == 0 {
+		return nil
+	}
+	// The folders field is a non-scoring filter, but Bleve wants a stat for every field.
+	st := &search.BM25Stats{DocCount: float64(len(docs)), FieldCardinality: map[string]int{fieldFolders: len(docs)}}
+	for _, d := range docs {
+		for name, v := range fields(d) {
+			txt, ok := v.(string)
+			if !ok {
+				continue
+			}
+			n := 0
+			for _, w := range strings.Fields(txt) {
+				if !text.IsStopWord(w) {
+					n++
+				}
+			}
+			st.FieldCardinality[name] += n
+		}
+	}
+	return st
 }
 
 // fields turns a document into index fields. Text is split with the same word rules as
@@ -321,6 +360,9 @@ func (ix *Index) Search(ctx context.Context, q engine.Query) ([]engine.Hit, erro
 		limit = ix.cfg.DefaultLimit
 	}
 	req := blevesearch.NewSearchRequestOptions(bq, limit, 0, false)
+	if ix.bm25 != nil {
+		req.PreSearchData = map[string]any{search.BM25PreSearchDataKey: ix.bm25}
+	}
 	res, err := ix.idx.SearchInContext(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("bleve search: %w", err)

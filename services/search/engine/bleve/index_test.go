@@ -445,6 +445,37 @@ func TestPersistenceRefusesForeignDirectory(t *testing.T) {
 	}
 }
 
+func TestBM25UsesTheRealAverageLength(t *testing.T) {
+	// Bleve's own BM25 takes the average field length as distinct terms / documents. On
+	// a KB that repeats its vocabulary that "average" is a few tokens, so every document
+	// of ordinary length looks far longer than average and a short document with one
+	// mention beats a document of average length that is about the term. With the real
+	// average (~200 tokens here) the document about the term wins.
+	words := func(n int) string {
+		pool := []string{"alpha", "beta", "gamma", "delta"}
+		var b strings.Builder
+		for i := range n {
+			b.WriteString(pool[i%len(pool)] + " ")
+		}
+		return b.String()
+	}
+	docs := []engine.Doc{
+		{Path: "about.md", Title: "note", Content: strings.Repeat("vremenux ", 20) + words(180)},
+		{Path: "mention.md", Title: "note", Content: "vremenux " + words(19)},
+	}
+	for i := range 40 {
+		docs = append(docs, engine.Doc{Path: fmt.Sprintf("filler%d.md", i), Title: "note", Content: words(200)})
+	}
+	ix := build(t, docs, DefaultConfig())
+	hits, err := ix.Search(context.Background(), engine.Query{Terms: []string{"vremenux"}, AllTerms: true, Limit: 5})
+	if err != nil || len(hits) != 2 {
+		t.Fatalf("hits %v, err %v", hits, err)
+	}
+	if hits[0].Path != "about.md" {
+		t.Errorf("hits %v: the average-length document about the term must win; length normalisation is off", hits)
+	}
+}
+
 func TestAncestors(t *testing.T) {
 	tests := []struct {
 		folder string
