@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -74,6 +75,8 @@ type KB struct {
 	manifests  *manifest.Cache
 	cfg        manifest.Config
 	files      int
+	// dir is where Engine persists ("" in memory); snapshots of the same tree share it.
+	dir string
 }
 
 // Manifest returns the manifest of this generation, building it on first use.
@@ -100,14 +103,30 @@ type Registry struct {
 	cfg Config
 	log *slog.Logger
 
+	// loadMu serialises Load, Close and the release of persisted indexes, so no two of
+	// them work on one index directory at once.
+	loadMu sync.Mutex
+	// open counts the snapshots using each persisted index directory. A directory can be
+	// opened only once at a time (Bleve locks it, and a second open waits forever), so a
+	// reload of an unchanged tree shares the open index instead of reopening it.
+	open map[string]*openIndex
+	// retiring holds replaced snapshots until their index is released.
+	retiring map[*KB]*time.Timer
+
 	mu   sync.RWMutex
 	kbs  map[string]*KB
 	subs map[chan []State]struct{}
 }
 
+type openIndex struct {
+	engine engine.Backend
+	refs   int
+}
+
 // NewRegistry returns an empty registry.
 func NewRegistry(cfg Config, log *slog.Logger) *Registry {
-	return &Registry{cfg: cfg, log: log, kbs: map[string]*KB{}, subs: map[chan []State]struct{}{}}
+	return &Registry{cfg: cfg, log: log, kbs: map[string]*KB{}, subs: map[chan []State]struct{}{},
+		open: map[string]*openIndex{}, retiring: map[*KB]*time.Timer{}}
 }
 
 // Get returns the current snapshot of a knowledge base.
@@ -130,6 +149,8 @@ func (r *Registry) Load(ctx context.Context, id, dir string) (*KB, error) {
 	if !ValidID(id) {
 		return nil, fmt.Errorf("%w: %q", ErrInvalidID, id)
 	}
+	r.loadMu.Lock()
+	defer r.loadMu.Unlock()
 	start := time.Now()
 	t, err := tree.Load(ctx, dir, r.cfg.Tree, r.log.With("kb", id))
 	if err != nil {
@@ -141,12 +162,24 @@ func (r *Registry) Load(ctx context.Context, id, dir string) (*KB, error) {
 	}
 	ecfg := r.cfg.Engine
 	if r.cfg.DataDir != "" {
-		ecfg.Dir = filepath.Join(r.cfg.DataDir, id)
+		// One directory per tree content: a changed tree is indexed beside the index the
+		// previous snapshot is still serving from, never over it.
 		ecfg.Fingerprint = fingerprint(t)
+		ecfg.Dir = filepath.Join(r.cfg.DataDir, id, ecfg.Fingerprint)
 	}
-	idx, err := bleve.Build(ctx, docs, ecfg)
-	if err != nil {
-		return nil, fmt.Errorf("index %s: %w", id, err)
+	var idx engine.Backend
+	if o := r.open[ecfg.Dir]; ecfg.Dir != "" && o != nil {
+		o.refs++
+		idx = o.engine
+	} else {
+		b, err := bleve.Build(ctx, docs, ecfg)
+		if err != nil {
+			return nil, fmt.Errorf("index %s: %w", id, err)
+		}
+		idx = b
+		if ecfg.Dir != "" {
+			r.open[ecfg.Dir] = &openIndex{engine: idx, refs: 1}
+		}
 	}
 	sig := signals.New(r.cfg.Signals, time.Now)
 	for _, d := range t.Docs {
@@ -160,6 +193,7 @@ func (r *Registry) Load(ctx context.Context, id, dir string) (*KB, error) {
 		Signals:   sig,
 		manifests: &manifest.Cache{},
 		cfg:       r.cfg.Manifest,
+		dir:       ecfg.Dir,
 	}
 	for _, d := range t.Docs {
 		if !d.Summary && !d.Archived {
@@ -186,7 +220,17 @@ func (r *Registry) Load(ctx context.Context, id, dir string) (*KB, error) {
 	if prev != nil {
 		// Queries that started on the old snapshot may still be searching it; every
 		// query has a deadline far shorter than this.
-		time.AfterFunc(retireAfter, func() { prev.Engine.Close() })
+		r.retiring[prev] = time.AfterFunc(retireAfter, func() {
+			r.loadMu.Lock()
+			defer r.loadMu.Unlock()
+			if _, ok := r.retiring[prev]; ok {
+				delete(r.retiring, prev)
+				r.releaseLocked(prev)
+			}
+		})
+	}
+	if ecfg.Dir != "" {
+		r.removeStaleLocked(id)
 	}
 	r.log.Info("knowledge base loaded", "kb", id, "generation", k.Generation, "documents", t.Len(),
 		"skipped", len(t.Skipped), "took", time.Since(start).Round(time.Millisecond))
@@ -212,13 +256,78 @@ func (r *Registry) RunSignals(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// Close releases every index.
+// Close releases every index, including those of replaced snapshots.
 func (r *Registry) Close() {
+	r.loadMu.Lock()
+	defer r.loadMu.Unlock()
+	// Replaced snapshots first: a persisted index they share with a current snapshot is
+	// then closed as the current one's, and kept on disk.
+	for k, t := range r.retiring {
+		t.Stop()
+		delete(r.retiring, k)
+		r.releaseLocked(k)
+	}
+	r.mu.RLock()
+	kbs := make([]*KB, 0, len(r.kbs))
+	for _, k := range r.kbs {
+		kbs = append(kbs, k)
+	}
+	r.mu.RUnlock()
+	for _, k := range kbs {
+		r.releaseLocked(k)
+	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	for id, k := range r.kbs {
+	clear(r.kbs)
+	r.mu.Unlock()
+}
+
+// releaseLocked drops a snapshot's hold on its index, closing the index when no snapshot
+// uses it any more, and deleting its directory unless it holds the current snapshot's
+// tree, which the next start reuses. The caller holds loadMu.
+func (r *Registry) releaseLocked(k *KB) {
+	if k.dir == "" {
 		k.Engine.Close()
-		delete(r.kbs, id)
+		return
+	}
+	o := r.open[k.dir]
+	if o == nil {
+		return
+	}
+	if o.refs--; o.refs > 0 {
+		return
+	}
+	delete(r.open, k.dir)
+	o.engine.Close()
+	r.mu.RLock()
+	cur := r.kbs[k.ID]
+	r.mu.RUnlock()
+	if cur == nil || cur.dir != k.dir {
+		if err := os.RemoveAll(k.dir); err != nil {
+			r.log.Warn("remove stale index", "kb", k.ID, "dir", k.dir, "err", err)
+		}
+	}
+}
+
+// removeStaleLocked deletes the persisted indexes of a knowledge base that no snapshot
+// uses, left by trees it served before a restart. Only folders holding a Bleve index are
+// touched. The caller holds loadMu.
+func (r *Registry) removeStaleLocked(id string) {
+	root := filepath.Join(r.cfg.DataDir, id)
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		dir := filepath.Join(root, e.Name())
+		if !e.IsDir() || r.open[dir] != nil {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, "index_meta.json")); err != nil {
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			r.log.Warn("remove stale index", "kb", id, "dir", dir, "err", err)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/services/search/gate"
@@ -36,8 +37,8 @@ const maxQueryBytes = 64 << 10
 
 // Resolve routes a question.
 func (s *Server) Resolve(ctx context.Context, req *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error) {
-	if len(req.GetQuery()) > maxQueryBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "query is %d bytes, the limit is %d", len(req.GetQuery()), maxQueryBytes)
+	if err := checkQuery(req.GetQuery()); err != nil {
+		return nil, err
 	}
 	r, err := s.res.Resolve(ctx, req.GetKnowledgeBase(), req.GetQuery())
 	if err != nil {
@@ -71,8 +72,8 @@ func (s *Server) Search(ctx context.Context, req *quarryv1.SearchRequest) (*quar
 	case limit < 0 || limit > 50:
 		return nil, status.Errorf(codes.InvalidArgument, "limit must be in [1,50], got %d", limit)
 	}
-	if len(req.GetQuery()) > maxQueryBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "query is %d bytes, the limit is %d", len(req.GetQuery()), maxQueryBytes)
+	if err := checkQuery(req.GetQuery()); err != nil {
+		return nil, err
 	}
 	k, results, err := s.res.Search(ctx, req.GetKnowledgeBase(), req.GetQuery(), req.GetScope(), limit)
 	if err != nil {
@@ -139,6 +140,17 @@ func (s *Server) WatchGenerations(_ *quarryv1.WatchGenerationsRequest, stream gr
 			}
 		}
 	}
+}
+
+// checkQuery rejects what no search can answer: an empty or oversized query.
+func checkQuery(q string) error {
+	if strings.TrimSpace(q) == "" {
+		return status.Error(codes.InvalidArgument, "query is empty")
+	}
+	if len(q) > maxQueryBytes {
+		return status.Errorf(codes.InvalidArgument, "query is %d bytes, the limit is %d", len(q), maxQueryBytes)
+	}
+	return nil
 }
 
 // toStatus is the one place where domain errors become gRPC status codes. Causes that
