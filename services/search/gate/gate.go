@@ -165,6 +165,9 @@ const (
 	RuleNoResults     = "no_results"
 	RuleLowRelevance  = "low_relevance"
 	RuleUnmatchedTerm = "unmatched_term"
+	// RuleUnfamiliarWords refines unmatched_term: most of the question is everyday words
+	// the KB never uses ("how do I rotate the tires on my car").
+	RuleUnfamiliarWords = "unfamiliar_words"
 )
 
 // OODInput is what the out-of-domain rules look at.
@@ -185,6 +188,12 @@ type OODInput struct {
 	// lack ("configure", "settings") is a rewording, not a topic the KB lacks, whereas a
 	// name it never mentions ("kafka") is.
 	InKB func(stem string) bool
+	// IsName reports whether an unmatched word the KB never uses is a name (a product,
+	// a tool) rather than an everyday word. A name the KB never mentions makes the
+	// question out of domain on its own; everyday words only when they are at least half
+	// of the question's words, since a reworded question brings one or two of its own.
+	// Nil counts every such word as a name.
+	IsName func(word string) bool
 }
 
 // OutOfDomain applies SPEC §2's out-of-domain rules in order and returns the first that
@@ -197,7 +206,8 @@ type OODInput struct {
 //     OODAllTermsMax, and some query word of OODTermMinLen+ characters is, as an exact stem,
 //     in none of the top OODTopK results. Exact, because the engine's prefix and typo
 //     matches always find something ("are" prefix-matches "arecord"): they are not
-//     evidence that the KB covers the word.
+//     evidence that the KB covers the word. A word the KB uses elsewhere does not count
+//     (a rewording), and an everyday word only through unfamiliar_words (see IsName).
 func (c Config) OutOfDomain(in OODInput) (rule string, ood bool) {
 	if len(in.Results) == 0 {
 		return RuleNoResults, true
@@ -206,22 +216,47 @@ func (c Config) OutOfDomain(in OODInput) (rule string, ood bool) {
 	if in.Files >= c.OODMinFiles && best < c.OODMinRelevance {
 		return RuleLowRelevance, true
 	}
-	if !in.AllTermsMatched && best < c.OODAllTermsMax && in.Contains != nil {
+	if !in.AllTermsMatched && in.Contains != nil {
 		top := in.Results[:min(len(in.Results), c.OODTopK)]
+		unfamiliar := 0
 		for _, w := range in.Terms {
 			if utf8.RuneCountInString(w) < c.OODTermMinLen || text.IsStopWord(w) {
 				continue
 			}
 			stem := text.Stem(w)
+			if slices.ContainsFunc(top, func(r rank.Result) bool { return in.Contains(r.Doc.Path, stem) }) {
+				continue
+			}
 			if in.InKB != nil && in.InKB(stem) {
 				continue
 			}
-			if !slices.ContainsFunc(top, func(r rank.Result) bool { return in.Contains(r.Doc.Path, stem) }) {
-				return RuleUnmatchedTerm, true
+			if in.IsName == nil || in.IsName(w) {
+				if best < c.OODAllTermsMax {
+					return RuleUnmatchedTerm, true
+				}
+				continue
 			}
+			unfamiliar++
+		}
+		// Not gated on relevance: everyday words the KB never uses carry no weight in
+		// coverage, so the rest of the question can match perfectly ("rotate" in "how do
+		// I rotate the tires on the company car").
+		if unfamiliar > 0 && 2*unfamiliar >= contentWords(in.Terms) {
+			return RuleUnfamiliarWords, true
 		}
 	}
 	return "", false
+}
+
+// contentWords counts the words of a question that carry meaning.
+func contentWords(terms []string) int {
+	n := 0
+	for _, w := range terms {
+		if !text.IsStopWord(w) {
+			n++
+		}
+	}
+	return n
 }
 
 // Route is where a question goes.

@@ -17,6 +17,7 @@ import (
 	"github.com/quarry-router/quarry/services/search/engine"
 	"github.com/quarry-router/quarry/services/search/gate"
 	"github.com/quarry-router/quarry/services/search/kb"
+	"github.com/quarry-router/quarry/services/search/lexicon"
 	"github.com/quarry-router/quarry/services/search/rank"
 	"github.com/quarry-router/quarry/services/search/tree"
 )
@@ -102,7 +103,13 @@ type query struct {
 	scope string
 	words []string // all words of the unscoped text
 	terms []string // search terms: words minus stop words
+	// stems are the stems that count as evidence in coverage: the terms' stems minus
+	// everyday words the KB never uses. Such a word says nothing about which document
+	// answers ("how OFTEN do backups run"), while a name the KB never uses still counts,
+	// at full weight, against every document.
 	stems []string
+	// names are the words the question writes like names (lexicon.Names).
+	names map[string]bool
 }
 
 func (r *Resolver) parse(k *kb.KB, q, scope string) (query, error) {
@@ -122,7 +129,15 @@ func (r *Resolver) parse(k *kb.KB, q, scope string) (query, error) {
 			terms = append(terms, w)
 		}
 	}
-	return query{scope: scope, words: words, terms: terms, stems: text.Stems(terms)}, nil
+	names := lexicon.Names(q)
+	evidence := make([]string, 0, len(terms))
+	for _, t := range terms {
+		if k.Corpus.DF(text.Stem(t)) == 0 && !lexicon.NameLike(t, names) {
+			continue
+		}
+		evidence = append(evidence, t)
+	}
+	return query{scope: scope, words: words, terms: terms, stems: text.Stems(evidence), names: names}, nil
 }
 
 // Resolve routes a question.
@@ -170,6 +185,7 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 		Terms:           pq.terms,
 		Contains:        k.Corpus.Contains,
 		InKB:            func(stem string) bool { return k.Corpus.DF(stem) > 0 },
+		IsName:          func(w string) bool { return lexicon.NameLike(w, pq.names) },
 	})
 	res.Trace.OODRule = rule
 	if ood {

@@ -302,7 +302,7 @@ func TestOutOfDomainRules(t *testing.T) {
 		{"unmatched_term: a product the KB never mentions", platform, "How do I rotate Kafka consumer credentials?", gate.RuleUnmatchedTerm, "kafka"},
 		{"unmatched_term: a tool the KB never mentions", platform, "Where is the Terraform state for the staging cluster stored?", gate.RuleUnmatchedTerm, "terraform"},
 		{"unmatched_term: never-mentioned name beside words that match well", platform, "How do I roll back a Terraform apply that broke the cluster?", gate.RuleUnmatchedTerm, "terraform"},
-		{"low_relevance: large KB, best relevance below the floor", big, "How do I log a user out of every session after their laptop was stolen?", gate.RuleLowRelevance, "laptop"},
+		{"low_relevance: large KB, best relevance below the floor", big, "How do I log a Kafka user out of every Zookeeper session?", gate.RuleLowRelevance, "zookeeper"},
 		{"low_relevance: large KB, an unknown name weighs the most", big, "kafka token", gate.RuleLowRelevance, "kafka"},
 		{"in domain: a clear match", platform, "pgbouncer pool mode", "", ""},
 		{"in domain: a clear match in the large KB", big, "session login", "", ""},
