@@ -12,17 +12,20 @@
 // but computes R, the relevance in [0,1], from two kinds of evidence:
 //
 //	e_i = cov_i × s_i                      (coverage-weighted engine score)
-//	R_i = cov_i × e_i / (e_1 + λ·e_2)
+//	R_i = cov_i^γ × e_i / (e_1 + λ·e_2)
 //
 // s_i is the engine score (BM25); cov_i is the idf-weighted share of the query's stems
 // that document i contains exactly (prefix and typo matches do not count), with a stem
 // absent from the KB weighing the most: a document that matches "rotation" but not the
 // never-mentioned product name in the question is no answer, however high its BM25.
 // e_1 and e_2 are the best and second-best evidence of the query (e_2 = 0 with one
-// result) and λ the crowding (default 0.15). The ratio says how far a result stands out
-// among the results that actually answer the query: a single covering result gets
-// R = cov, the top of a tie cov/(1+λ) ≈ 0.87·cov, a runner-up at half the top's evidence
-// under 0.5. Weighing the engine score by coverage first matters: a short folder summary
+// result), λ the crowding (default 0.15) and γ the coverage exponent (default 0.5). The
+// ratio says how far a result stands out among the results that actually answer the
+// query: a single covering result gets R = cov^γ, the top of a tie cov^γ/(1+λ) ≈
+// 0.87·cov^γ, a runner-up at half the top's evidence under 0.5. γ < 1 because a reworded
+// question brings words its answer does not use: measured on the example questions, γ
+// 0.5 / 0.65 / 0.8 route 62 / 52 / 45 % of known-item questions to T2, all to the right
+// document, while on 2,000 generated questions precision goes 98.3 / 99.2 / 99.7 %. Weighing the engine score by coverage first matters: a short folder summary
 // that matches two common words of the question can out-score the one document that
 // matches all of them, and must not set the scale the real answer is measured against.
 //
@@ -57,6 +60,13 @@ type Config struct {
 	BoostDraft     float64
 	// Crowding is λ in the calibration: how much a close runner-up lowers the top's R (0.15).
 	Crowding float64
+	// CoverageExponent is γ in the calibration: R grows with cov^γ (0.5). A reworded
+	// question brings words the answer does not use, so a dominant document covering 80 %
+	// of the question's weight is strong evidence; γ < 1 says so, γ = 1 is plain coverage.
+	CoverageExponent float64
+	// RelevanceFloor drops results whose R is below this share of the best R (0.1): they
+	// matched a word or two and rank only on importance and recency.
+	RelevanceFloor float64
 	// PropagationFactor scales a match per folder level it propagates up (0.55).
 	PropagationFactor float64
 	// GapRatio drops results scoring below GapRatio × the top score (0.7).
@@ -74,6 +84,8 @@ func DefaultConfig() Config {
 		BoostValidated:    1.0,
 		BoostDraft:        0.85,
 		Crowding:          0.15,
+		CoverageExponent:  0.5,
+		RelevanceFloor:    0.1,
 		PropagationFactor: 0.55,
 		GapRatio:          0.7,
 	}
@@ -90,6 +102,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.BoostValidated, "rank-boost-validated", d.BoostValidated, "score multiplier of validated documents")
 	fs.Float64Var(&c.BoostDraft, "rank-boost-draft", d.BoostDraft, "score multiplier of draft documents")
 	fs.Float64Var(&c.Crowding, "rank-crowding", d.Crowding, "λ: how much the second-best engine score lowers every relevance")
+	fs.Float64Var(&c.CoverageExponent, "rank-coverage-exponent", d.CoverageExponent, "γ: relevance grows with coverage^γ (1 = plain coverage)")
+	fs.Float64Var(&c.RelevanceFloor, "rank-relevance-floor", d.RelevanceFloor, "drop results whose relevance is below this share of the best relevance")
 	fs.Float64Var(&c.PropagationFactor, "rank-propagation-factor", d.PropagationFactor, "score factor per folder level a match propagates to an _index.md")
 	fs.Float64Var(&c.GapRatio, "rank-gap-ratio", d.GapRatio, "drop results scoring below this share of the top score")
 }
@@ -123,6 +137,8 @@ func (c Config) Validate() error {
 	positive("rank-boost-validated", c.BoostValidated)
 	positive("rank-boost-draft", c.BoostDraft)
 	nonNeg("rank-crowding", c.Crowding)
+	positive("rank-coverage-exponent", c.CoverageExponent)
+	unit("rank-relevance-floor", c.RelevanceFloor)
 	unit("rank-propagation-factor", c.PropagationFactor)
 	unit("rank-gap-ratio", c.GapRatio)
 	return errors.Join(errs...)
@@ -203,7 +219,7 @@ func (c Config) Rank(now time.Time, corpus *Corpus, stems []string, cands []Cand
 	for i := range results {
 		r := &results[i]
 		if e1 > 0 {
-			r.Relevance = r.Coverage * evidence[i] / (e1 + c.Crowding*e2)
+			r.Relevance = math.Pow(r.Coverage, c.CoverageExponent) * evidence[i] / (e1 + c.Crowding*e2)
 		}
 		sig := signal(r.Doc)
 		r.Importance = min(max(sig.Importance, 0), 100)
@@ -340,10 +356,23 @@ func (c Config) gapFilter(rs []Result) []Result {
 	floor := c.GapRatio * rs[0].Score
 	for i, r := range rs {
 		if r.Score < floor {
-			return rs[:i]
+			rs = rs[:i]
+			break
 		}
 	}
-	return rs
+	// With little relevance at the top, importance and recency alone can keep a result
+	// above the score gap; the relevance floor drops those.
+	bestR := 0.0
+	for _, r := range rs {
+		bestR = max(bestR, r.Relevance)
+	}
+	out := rs[:0]
+	for _, r := range rs {
+		if r.Relevance >= c.RelevanceFloor*bestR {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // dedupe keeps one candidate per path with its best engine score; it is an entity-search

@@ -196,8 +196,9 @@ func TestCoverageScalesRelevance(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := DefaultConfig().Rank(now, corpus, tc.stems, []Candidate{{Doc: docs[0], EngineScore: 5}},
 				signals(tree.Validated), noSummaries)
-			if !near(rs[0].Coverage, tc.want) || !near(rs[0].Relevance, tc.want) {
-				t.Fatalf("coverage %g relevance %g, want both %g", rs[0].Coverage, rs[0].Relevance, tc.want)
+			// A single result: R = coverage^γ.
+			if !near(rs[0].Coverage, tc.want) || !near(rs[0].Relevance, math.Pow(tc.want, DefaultConfig().CoverageExponent)) {
+				t.Fatalf("coverage %g relevance %g, want coverage %g and R its power γ", rs[0].Coverage, rs[0].Relevance, tc.want)
 			}
 		})
 	}
@@ -426,7 +427,8 @@ func TestGapFilter(t *testing.T) {
 	}{
 		{"results under 0.7 × top are dropped", 0.7, []float64{10, 9, 1}, []string{"a.md", "b.md"}},
 		{"a single result survives", 0.7, []float64{3}, []string{"a.md"}},
-		{"ratio 0 keeps everything", 0, []float64{10, 9, 1}, []string{"a.md", "b.md", "c.md"}},
+		{"ratio 0 keeps everything above the relevance floor", 0, []float64{10, 9, 2}, []string{"a.md", "b.md", "c.md"}},
+		{"the relevance floor drops a result under 0.1 × the best R", 0, []float64{10, 9, 0.5}, []string{"a.md", "b.md"}},
 		{"ratio 1 keeps only ties with the top", 1, []float64{5, 5, 4}, []string{"a.md", "b.md"}},
 	}
 	for _, tc := range tests {

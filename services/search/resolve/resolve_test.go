@@ -302,8 +302,8 @@ func TestOutOfDomainRules(t *testing.T) {
 		{"unmatched_term: a product the KB never mentions", platform, "How do I rotate Kafka consumer credentials?", gate.RuleUnmatchedTerm, "kafka"},
 		{"unmatched_term: a tool the KB never mentions", platform, "Where is the Terraform state for the staging cluster stored?", gate.RuleUnmatchedTerm, "terraform"},
 		{"unmatched_term: never-mentioned name beside words that match well", platform, "How do I roll back a Terraform apply that broke the cluster?", gate.RuleUnmatchedTerm, "terraform"},
-		{"low_relevance: large KB, best relevance below the floor", big, "How do I log a Kafka user out of every Zookeeper session?", gate.RuleLowRelevance, "zookeeper"},
-		{"low_relevance: large KB, an unknown name weighs the most", big, "kafka token", gate.RuleLowRelevance, "kafka"},
+		{"low_relevance: large KB, best relevance below the floor", big, "Kafka Zookeeper Flink session", gate.RuleLowRelevance, "zookeeper"},
+		{"low_relevance: large KB, an unknown name weighs the most", big, "kafka zookeeper token", gate.RuleLowRelevance, "kafka"},
 		{"in domain: a clear match", platform, "pgbouncer pool mode", "", ""},
 		{"in domain: a clear match in the large KB", big, "session login", "", ""},
 	}
@@ -345,8 +345,9 @@ func TestLowRelevanceRuleAppliesFromTheMinimumKBSize(t *testing.T) {
 	if files >= f.kb(t, platform).Tree.Len() {
 		t.Fatalf("precondition: the example KB's %d documents include summaries and stubs", files)
 	}
-	// "kafka" occurs nowhere, so no document covers more than a small share of the query.
-	const q = "kafka rollback"
+	// "kafka" and "zookeeper" occur nowhere, so no document covers more than a small share
+	// of the query.
+	const q = "kafka zookeeper rollback"
 	tests := []struct {
 		name     string
 		minFiles int
