@@ -2,7 +2,7 @@
 # (.ci/run) runs exactly that. `make run` starts the whole system in one process.
 
 SHELL      := /usr/bin/env bash
-MODULES    := gen platform services/search services/agent gateway cmd/quarry
+MODULES    := gen platform services/search services/agent gateway cmd/quarry deploy
 TOOLS_DIR  := $(CURDIR)/.tools/bin
 export PATH := $(TOOLS_DIR):$(PATH)
 

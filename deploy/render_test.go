@@ -1,0 +1,175 @@
+package deploy
+
+import (
+	"fmt"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+var overlays = map[string]string{
+	"dev":  "k8s/overlays/dev",
+	"prod": "k8s/overlays/prod",
+}
+
+// decoder decodes YAML into the typed Kubernetes objects and fails on unknown fields.
+func decoder(t *testing.T) runtime.Decoder {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		appsv1.AddToScheme, corev1.AddToScheme, autoscalingv2.AddToScheme, policyv1.AddToScheme, networkingv1.AddToScheme,
+	} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
+}
+
+// render runs kustomize on dir and returns each object decoded.
+func render(t *testing.T, dir string) []runtime.Object {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	rm, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	dec := decoder(t)
+	var out []runtime.Object
+	for _, r := range rm.Resources() {
+		y, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj, _, err := dec.Decode(y, nil, nil)
+		if err != nil {
+			t.Errorf("%s %s/%s does not decode strictly: %v", dir, r.GetKind(), r.GetName(), err)
+			continue
+		}
+		out = append(out, obj)
+	}
+	return out
+}
+
+func TestOverlaysRenderToValidObjects(t *testing.T) {
+	for name, dir := range overlays {
+		t.Run(name, func(t *testing.T) {
+			objs := render(t, dir)
+			kinds := map[string][]string{}
+			for _, o := range objs {
+				gvk := o.GetObjectKind().GroupVersionKind()
+				kinds[gvk.Kind] = append(kinds[gvk.Kind], fmt.Sprint(o.(interface{ GetName() string }).GetName()))
+				if ns, ok := o.(interface{ GetNamespace() string }); ok && gvk.Kind != "Namespace" && ns.GetNamespace() == "" {
+					t.Errorf("%s %s has no namespace", gvk.Kind, ns.(interface{ GetName() string }).GetName())
+				}
+			}
+			for _, want := range []string{"Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget", "StatefulSet", "ConfigMap", "Secret", "NetworkPolicy", "Namespace"} {
+				if len(kinds[want]) == 0 {
+					t.Errorf("no %s rendered", want)
+				}
+			}
+			checkDeployments(t, objs)
+			checkScaling(t, objs)
+			checkServices(t, objs)
+		})
+	}
+}
+
+// checkDeployments: every Quarry service has gRPC probes, requests and limits, and runs
+// as non-root with a read-only root filesystem.
+func checkDeployments(t *testing.T, objs []runtime.Object) {
+	seen := map[string]bool{}
+	for _, o := range objs {
+		d, ok := o.(*appsv1.Deployment)
+		if !ok {
+			continue
+		}
+		seen[d.Name] = true
+		ps := d.Spec.Template.Spec
+		if ps.SecurityContext == nil || ps.SecurityContext.RunAsNonRoot == nil || !*ps.SecurityContext.RunAsNonRoot {
+			t.Errorf("%s: pod does not require a non-root user", d.Name)
+		}
+		for _, c := range ps.Containers {
+			if c.ReadinessProbe == nil || c.ReadinessProbe.GRPC == nil {
+				t.Errorf("%s/%s: no gRPC readiness probe", d.Name, c.Name)
+			}
+			if c.LivenessProbe == nil || c.LivenessProbe.GRPC == nil {
+				t.Errorf("%s/%s: no gRPC liveness probe", d.Name, c.Name)
+			}
+			if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() ||
+				c.Resources.Limits.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
+				t.Errorf("%s/%s: resource requests and limits must both be set", d.Name, c.Name)
+			}
+			if c.SecurityContext == nil || c.SecurityContext.ReadOnlyRootFilesystem == nil || !*c.SecurityContext.ReadOnlyRootFilesystem {
+				t.Errorf("%s/%s: root filesystem is writable", d.Name, c.Name)
+			}
+		}
+	}
+	for _, name := range []string{"quarry-gateway", "quarry-search", "quarry-agent"} {
+		if !seen[name] {
+			t.Errorf("no Deployment %s", name)
+		}
+	}
+}
+
+// checkScaling: HPAs on CPU for gateway and search, a PDB for each service.
+func checkScaling(t *testing.T, objs []runtime.Object) {
+	hpa, pdb := map[string]bool{}, map[string]bool{}
+	for _, o := range objs {
+		switch x := o.(type) {
+		case *autoscalingv2.HorizontalPodAutoscaler:
+			if len(x.Spec.Metrics) == 0 || x.Spec.Metrics[0].Resource == nil || x.Spec.Metrics[0].Resource.Name != corev1.ResourceCPU {
+				t.Errorf("HPA %s does not scale on CPU", x.Name)
+			}
+			hpa[x.Spec.ScaleTargetRef.Name] = true
+		case *policyv1.PodDisruptionBudget:
+			pdb[x.Name] = true
+		}
+	}
+	for _, name := range []string{"quarry-gateway", "quarry-search"} {
+		if !hpa[name] {
+			t.Errorf("no HPA for %s", name)
+		}
+	}
+	for _, name := range []string{"quarry-gateway", "quarry-search", "quarry-agent"} {
+		if !pdb[name] {
+			t.Errorf("no PodDisruptionBudget for %s", name)
+		}
+	}
+}
+
+// checkServices: search and agent are headless so gRPC clients balance per call over
+// every pod; only the gateway is admitted from outside by the network policies.
+func checkServices(t *testing.T, objs []runtime.Object) {
+	open := map[string]bool{}
+	for _, o := range objs {
+		switch x := o.(type) {
+		case *corev1.Service:
+			if (x.Name == "quarry-search" || x.Name == "quarry-agent") && x.Spec.ClusterIP != corev1.ClusterIPNone {
+				t.Errorf("Service %s must be headless for client-side load balancing", x.Name)
+			}
+		case *networkingv1.NetworkPolicy:
+			for _, rule := range x.Spec.Ingress {
+				if len(rule.From) == 0 {
+					open[x.Spec.PodSelector.MatchLabels["app.kubernetes.io/name"]] = true
+				}
+			}
+		}
+	}
+	for name := range open {
+		if name != "quarry-gateway" {
+			t.Errorf("network policy lets anyone reach %s; only the gateway may be", name)
+		}
+	}
+	if !open["quarry-gateway"] {
+		t.Error("no network policy admits clients to the gateway")
+	}
+}
