@@ -1,0 +1,147 @@
+// Package telemetry sets up OpenTelemetry tracing and metrics once per process, from the
+// standard OTEL_* environment variables, so one trace spans gateway → search → agent →
+// LLM and every service exports the same way.
+//
+// Tracing is off unless asked for: OTEL_TRACES_EXPORTER=otlp|console, or an
+// OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) being set, turns it on. The
+// sampler follows OTEL_TRACES_SAMPLER (default parent-based always-on), the resource
+// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES. Metrics go to a Prometheus registry
+// served by Handler, and over OTLP as well when OTLP is configured.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+)
+
+// Config names the service; everything else comes from OTEL_* variables.
+type Config struct {
+	Service string
+	Version string
+	// SpanExporter, when set, replaces the one the environment selects (tests use an
+	// in-memory exporter).
+	SpanExporter sdktrace.SpanExporter
+	// Getenv reads the environment; nil means os.Getenv.
+	Getenv func(string) string
+}
+
+// Telemetry holds the providers of one process.
+type Telemetry struct {
+	tracer   *sdktrace.TracerProvider
+	meter    *sdkmetric.MeterProvider
+	registry *prometheus.Registry
+	// Tracing reports whether spans are exported.
+	Tracing bool
+}
+
+// Setup installs the global tracer and meter providers and the W3C trace-context
+// propagator. Call Shutdown on exit to flush what is buffered.
+func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
+	getenv := cfg.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	res, err := resource.New(ctx,
+		resource.WithAttributes(semconv.ServiceName(cfg.Service), semconv.ServiceVersion(cfg.Version)),
+		resource.WithFromEnv(), // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win
+	)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry resource: %w", err)
+	}
+	t := &Telemetry{registry: prometheus.NewRegistry()}
+
+	exp := cfg.SpanExporter
+	if exp == nil {
+		if exp, err = spanExporter(ctx, getenv); err != nil {
+			return nil, err
+		}
+	}
+	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	if exp != nil {
+		t.Tracing = true
+		topts = append(topts, sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second)))
+		if cfg.SpanExporter != nil {
+			// Tests read spans as soon as a call returns.
+			topts = append(topts[:1], sdktrace.WithSyncer(exp))
+		}
+	}
+	t.tracer = sdktrace.NewTracerProvider(topts...)
+
+	prom, err := otelprom.New(otelprom.WithRegisterer(t.registry))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry prometheus: %w", err)
+	}
+	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(prom)}
+	if otlpConfigured(getenv) && getenv("OTEL_METRICS_EXPORTER") != "none" {
+		mexp, err := otlpmetricgrpc.New(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("telemetry otlp metrics: %w", err)
+		}
+		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp)))
+	}
+	t.meter = sdkmetric.NewMeterProvider(mopts...)
+
+	otel.SetTracerProvider(t.tracer)
+	otel.SetMeterProvider(t.meter)
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	return t, nil
+}
+
+func otlpConfigured(getenv func(string) string) bool {
+	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
+// spanExporter picks the exporter OTEL_TRACES_EXPORTER names; unset means OTLP when an
+// OTLP endpoint is configured and nothing otherwise.
+func spanExporter(ctx context.Context, getenv func(string) string) (sdktrace.SpanExporter, error) {
+	kind := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")))
+	if kind == "" && otlpConfigured(getenv) {
+		kind = "otlp"
+	}
+	switch kind {
+	case "", "none":
+		return nil, nil
+	case "otlp":
+		exp, err := otlptracegrpc.New(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("telemetry otlp traces: %w", err)
+		}
+		return exp, nil
+	case "console":
+		exp, err := stdouttrace.New(stdouttrace.WithWriter(os.Stderr))
+		if err != nil {
+			return nil, fmt.Errorf("telemetry console traces: %w", err)
+		}
+		return exp, nil
+	default:
+		return nil, fmt.Errorf("OTEL_TRACES_EXPORTER=%q: want otlp, console or none", kind)
+	}
+}
+
+// Handler serves the process's metrics in the Prometheus text format.
+func (t *Telemetry) Handler() http.Handler {
+	return promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{})
+}
+
+// Shutdown flushes and stops the providers.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	return errors.Join(t.tracer.Shutdown(ctx), t.meter.Shutdown(ctx))
+}

@@ -1,0 +1,138 @@
+package telemetry
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quarry-router/quarry/platform/grpcx"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/reflection/grpc_reflection_v1"
+)
+
+func TestExporterFromEnvironment(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     map[string]string
+		tracing bool
+		wantErr bool
+	}{
+		{"off when nothing is set", nil, false, false},
+		{"none is off", map[string]string{"OTEL_TRACES_EXPORTER": "none"}, false, false},
+		{"console is on", map[string]string{"OTEL_TRACES_EXPORTER": "console"}, true, false},
+		{"an OTLP endpoint turns OTLP on", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_METRICS_EXPORTER": "none"}, true, false},
+		{"an unknown exporter is an error", map[string]string{"OTEL_TRACES_EXPORTER": "zipkin-v0"}, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tel, err := Setup(context.Background(), Config{Service: "test", Getenv: func(k string) string { return tt.env[k] }})
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			defer tel.Shutdown(context.Background())
+			if tel.Tracing != tt.tracing {
+				t.Errorf("Tracing = %v, want %v", tel.Tracing, tt.tracing)
+			}
+		})
+	}
+}
+
+// TestOneTraceAcrossAGRPCHop calls a real server through the grpcx bootstrap and checks
+// that the server span continues the client's trace, and that metrics are served.
+func TestOneTraceAcrossAGRPCHop(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tel, err := Setup(context.Background(), Config{Service: "test", SpanExporter: exp, Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpcx.NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Serve(ctx, lis)
+	conn, err := grpcx.Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	tctx, root := otel.Tracer("test").Start(context.Background(), "root")
+	cctx, ccancel := context.WithTimeout(tctx, 5*time.Second)
+	// Reflection is registered on every grpcx server: a real RPC to trace.
+	stream, err := grpc_reflection_v1.NewServerReflectionClient(conn).ServerReflectionInfo(cctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&grpc_reflection_v1.ServerReflectionRequest{MessageRequest: &grpc_reflection_v1.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	stream.CloseSend()
+	ccancel()
+	root.End()
+
+	deadline := time.Now().Add(5 * time.Second)
+	for len(exp.GetSpans()) < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // the server span ends on its own goroutine
+	}
+	spans := exp.GetSpans()
+	var client, server *tracetest.SpanStub
+	for i := range spans {
+		switch spans[i].SpanKind {
+		case trace.SpanKindClient:
+			client = &spans[i]
+		case trace.SpanKindServer:
+			server = &spans[i]
+		}
+	}
+	if client == nil || server == nil {
+		t.Fatalf("want a client and a server span, got %d spans", len(spans))
+	}
+	if server.SpanContext.TraceID() != root.SpanContext().TraceID() || client.SpanContext.TraceID() != root.SpanContext().TraceID() {
+		t.Error("the RPC's spans are not in the caller's trace")
+	}
+	if server.Parent.SpanID() != client.SpanContext.SpanID() {
+		t.Error("the server span's parent is not the client span")
+	}
+
+	rec := httptest.NewRecorder()
+	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), "rpc_server") {
+		t.Errorf("metrics lack the gRPC server metrics:\n%.500s", rec.Body.String())
+	}
+}
+
+func TestLogHandlerAddsTraceIDs(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(LogHandler(slog.NewJSONHandler(&buf, nil)))
+	exp := tracetest.NewInMemoryExporter()
+	tel, err := Setup(context.Background(), Config{Service: "test", SpanExporter: exp, Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	ctx, span := otel.Tracer("test").Start(context.Background(), "op")
+	log.InfoContext(ctx, "hello")
+	span.End()
+	if !strings.Contains(buf.String(), span.SpanContext().TraceID().String()) {
+		t.Errorf("log line %s lacks the trace id", buf.String())
+	}
+}
