@@ -13,9 +13,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -99,6 +101,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	}
 	t.meter = sdkmetric.NewMeterProvider(mopts...)
 
+	current.Store(t)
 	otel.SetTracerProvider(t.tracer)
 	otel.SetMeterProvider(t.meter)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
@@ -139,6 +142,38 @@ func spanExporter(ctx context.Context, getenv func(string) string) (sdktrace.Spa
 // Handler serves the process's metrics in the Prometheus text format.
 func (t *Telemetry) Handler() http.Handler {
 	return promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{})
+}
+
+// current is the Telemetry of the last Setup, which services serve metrics from.
+var current atomic.Pointer[Telemetry]
+
+// ServeMetrics serves /metrics of the process's telemetry on addr until ctx is done. It
+// serves an empty registry when Setup has not run.
+func ServeMetrics(ctx context.Context, addr string) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		t := current.Load()
+		if t == nil {
+			http.Error(w, "telemetry is not set up", http.StatusServiceUnavailable)
+			return
+		}
+		t.Handler().ServeHTTP(w, r)
+	})
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics listen %s: %w", addr, err)
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("metrics serve %s: %w", addr, err)
+	}
+	return nil
 }
 
 // Shutdown flushes and stops the providers.

@@ -18,6 +18,7 @@ import (
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/config"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/telemetry"
 	"github.com/quarry-router/quarry/services/search/kb"
 	"github.com/quarry-router/quarry/services/search/resolve"
 	"github.com/quarry-router/quarry/services/search/server"
@@ -25,7 +26,9 @@ import (
 
 // Config is the search service's configuration.
 type Config struct {
-	Listen  string
+	Listen string
+	// MetricsAddr serves Prometheus /metrics when set.
+	MetricsAddr string
 	KBs     kbFlag
 	KBRoot  string
 	Load    kb.Config
@@ -35,6 +38,7 @@ type Config struct {
 // RegisterFlags registers every flag with its default.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:7701", "address to serve the SearchService on (host:port)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", `address to serve Prometheus /metrics on ("" = off)`)
 	fs.Var(&c.KBs, "kb", "knowledge base to serve as id=folder (repeatable)")
 	fs.StringVar(&c.KBRoot, "kb-root", "", "folder whose subfolders are knowledge bases, each named after its folder")
 	c.Load.RegisterFlags(fs)
@@ -107,6 +111,13 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		}
 	}
 	go reg.RunSignals(ctx, cfg.Load.Signals.FlushInterval)
+	if cfg.MetricsAddr != "" {
+		go func() {
+			if err := telemetry.ServeMetrics(ctx, cfg.MetricsAddr); err != nil {
+				log.Error("metrics endpoint stopped", "err", err)
+			}
+		}()
+	}
 
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

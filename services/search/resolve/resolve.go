@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/quarry-router/quarry/platform/text"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"github.com/quarry-router/quarry/services/search/answer"
 	"github.com/quarry-router/quarry/services/search/engine"
 	"github.com/quarry-router/quarry/services/search/gate"
@@ -147,7 +150,9 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 		return nil, err
 	}
 	res := &Result{KB: k}
-	clock := newClock()
+	ctx, span := tracer.Start(ctx, "search.resolve", trace.WithAttributes(attribute.String("quarry.kb", kbID)))
+	defer func() { annotate(span, res); span.End() }()
+	clock := newClock(ctx)
 
 	pq, err := r.parse(k, q, "")
 	if err != nil {
@@ -376,18 +381,52 @@ func paths(rs []rank.Result) []string {
 	return out
 }
 
-// clock times consecutive stages.
+var tracer = otel.Tracer("github.com/quarry-router/quarry/services/search/resolve")
+
+// annotate puts the routing decision on the resolve span, where a trace viewer shows it.
+func annotate(span trace.Span, res *Result) {
+	if !span.IsRecording() || res == nil {
+		return
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("quarry.route", res.Route.String()),
+		attribute.String("quarry.ood_rule", res.Trace.OODRule),
+		attribute.String("quarry.gate.decision", res.Trace.Decision.Reason),
+		attribute.Float64("quarry.gate.top_relevance", res.Trace.Decision.Top),
+		attribute.Float64("quarry.gate.second_relevance", res.Trace.Decision.Second),
+		attribute.Int("quarry.results", len(res.Results)),
+		attribute.Bool("quarry.all_terms_matched", res.Trace.AllTermsMatched),
+		attribute.StringSlice("quarry.entity_terms", res.Trace.EntityTerms),
+		attribute.String("quarry.scope", res.Trace.Scope),
+	}
+	if res.KB != nil {
+		attrs = append(attrs, attribute.Int64("quarry.generation", int64(res.KB.Generation)))
+	}
+	if len(res.Results) > 0 {
+		attrs = append(attrs, attribute.String("quarry.top_path", res.Results[0].Doc.Path), attribute.Float64("quarry.top_score", res.Results[0].Score))
+	}
+	span.SetAttributes(attrs...)
+}
+
+// clock times consecutive stages, for the explain trace and as child spans of the
+// resolve span (recorded when each stage ends, with its true start time).
 type clock struct {
+	ctx  context.Context
 	now  func() time.Time
 	last time.Time
 }
 
 // newClock uses the wall clock even when the resolver has a fixed one for recency.
-func newClock() *clock { return &clock{now: time.Now, last: time.Now()} }
+func newClock(ctx context.Context) *clock { return &clock{ctx: ctx, now: time.Now, last: time.Now()} }
 
 func (c *clock) stage(stages *[]Stage, name, outcome string) {
 	t := c.now()
 	*stages = append(*stages, Stage{Name: name, Duration: t.Sub(c.last), Outcome: outcome})
+	if trace.SpanFromContext(c.ctx).IsRecording() {
+		_, span := tracer.Start(c.ctx, "search."+name, trace.WithTimestamp(c.last),
+			trace.WithAttributes(attribute.String("quarry.outcome", outcome)))
+		span.End(trace.WithTimestamp(t))
+	}
 	c.last = t
 }
 
