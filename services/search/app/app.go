@@ -29,10 +29,10 @@ type Config struct {
 	Listen string
 	// MetricsAddr serves Prometheus /metrics when set.
 	MetricsAddr string
-	KBs     kbFlag
-	KBRoot  string
-	Load    kb.Config
-	Resolve resolve.Config
+	KBs         kbFlag
+	KBRoot      string
+	Load        kb.Config
+	Resolve     resolve.Config
 }
 
 // RegisterFlags registers every flag with its default.

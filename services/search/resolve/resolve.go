@@ -13,9 +13,6 @@ import (
 	"time"
 
 	"github.com/quarry-router/quarry/platform/text"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 	"github.com/quarry-router/quarry/services/search/answer"
 	"github.com/quarry-router/quarry/services/search/engine"
 	"github.com/quarry-router/quarry/services/search/gate"
@@ -23,6 +20,9 @@ import (
 	"github.com/quarry-router/quarry/services/search/lexicon"
 	"github.com/quarry-router/quarry/services/search/rank"
 	"github.com/quarry-router/quarry/services/search/tree"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config holds every setting of the search side of the query path.
