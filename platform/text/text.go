@@ -35,30 +35,46 @@ func Normalise(q string) string {
 // Words splits s on white space and punctuation into lower-case words. Letters, digits
 // and marks make up words; an apostrophe inside a word is dropped ("don't" is "dont",
 // "team's" is "teams") so contractions and possessives stay one word.
+//
+// It runs over every document of a knowledge base at load, so it lower-cases the text
+// once and slices words out of it instead of building each word rune by rune.
 func Words(s string) []string {
-	words := make([]string, 0, 8)
-	var b strings.Builder
-	flush := func() {
-		if b.Len() > 0 {
-			words = append(words, b.String())
-			b.Reset()
+	lower := strings.ToLower(s)
+	words := make([]string, 0, len(lower)/6+1)
+	start, apostrophe := -1, false
+	flush := func(end int) {
+		if start < 0 {
+			return
 		}
+		w := lower[start:end]
+		if apostrophe {
+			w = strings.NewReplacer("'", "", "\u2019", "").Replace(w)
+		}
+		if w != "" {
+			words = append(words, w)
+		}
+		start, apostrophe = -1, false
 	}
-	for _, r := range s {
+	for i, r := range lower {
 		switch {
 		case isWordRune(r):
-			b.WriteRune(unicode.ToLower(r))
-		case (r == '\'' || r == '’') && b.Len() > 0:
-			// Inside a word: skip, do not split.
+			if start < 0 {
+				start = i
+			}
+		case (r == '\'' || r == '\u2019') && start >= 0:
+			apostrophe = true // inside a word: dropped, not a split
 		default:
-			flush()
+			flush(i)
 		}
 	}
-	flush()
+	flush(len(lower))
 	return words
 }
 
 func isWordRune(r rune) bool {
+	if r < utf8.RuneSelf {
+		return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9'
+	}
 	return unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r)
 }
 

@@ -2,6 +2,7 @@ package text
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -96,6 +97,47 @@ func FuzzTokens(f *testing.F) {
 		for _, tok := range Tokens(s) {
 			if len(tok) < 2 || IsStopWord(tok) {
 				t.Errorf("bad token %q from %q", tok, s)
+			}
+		}
+	})
+}
+
+// wordsReference is the plain rune-by-rune definition of Words that the optimised one
+// must match.
+func wordsReference(s string) []string {
+	var words []string
+	var b []rune
+	flush := func() {
+		if len(b) > 0 {
+			words = append(words, string(b))
+			b = b[:0]
+		}
+	}
+	for _, r := range strings.ToLower(s) {
+		switch {
+		case isWordRune(r):
+			b = append(b, r)
+		case (r == '\'' || r == '\u2019') && len(b) > 0:
+		default:
+			flush()
+		}
+	}
+	flush()
+	return words
+}
+
+func FuzzWordsMatchesReference(f *testing.F) {
+	for _, s := range []string{"Don't ROTATE the team's key", "auth/jwt: x-y_z", "’quoted’ it’s", "İstanbul ÉTÉ", "a''b", "\xff\xfe"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, want := Words(s), wordsReference(s)
+		if len(got) != len(want) {
+			t.Fatalf("Words(%q) = %q, want %q", s, got, want)
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("Words(%q) = %q, want %q", s, got, want)
 			}
 		}
 	})

@@ -167,6 +167,12 @@ func (r *Registry) Load(ctx context.Context, id, dir string) (*KB, error) {
 		ecfg.Fingerprint = fingerprint(t)
 		ecfg.Dir = filepath.Join(r.cfg.DataDir, id, ecfg.Fingerprint)
 	}
+	// The term statistics do not depend on the index: build them on the side while the
+	// engine indexes (the two are most of a cold load).
+	corpusc := make(chan *rank.Corpus, 1)
+	go func() { corpusc <- rank.NewCorpus(t.Docs) }()
+	corpus := func() *rank.Corpus { c := <-corpusc; corpusc <- c; return c }
+	defer corpus() // never leave the goroutine behind, whatever path returns
 	var idx engine.Backend
 	if o := r.open[ecfg.Dir]; ecfg.Dir != "" && o != nil {
 		o.refs++
@@ -189,7 +195,7 @@ func (r *Registry) Load(ctx context.Context, id, dir string) (*KB, error) {
 		ID:        id,
 		Tree:      t,
 		Engine:    idx,
-		Corpus:    rank.NewCorpus(t.Docs),
+		Corpus:    corpus(),
 		Signals:   sig,
 		manifests: &manifest.Cache{},
 		cfg:       r.cfg.Manifest,

@@ -2,8 +2,10 @@ package rank
 
 import (
 	"math"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/quarry-router/quarry/platform/text"
 	"github.com/quarry-router/quarry/services/search/engine"
@@ -28,7 +30,8 @@ func NewCorpus(docs []*tree.Document) *Corpus {
 		vocab: make(map[string]uint32),
 		docs:  make(map[string][]uint32, len(docs)),
 	}
-	for _, d := range docs {
+	for i, stems := range docStemsAll(docs) {
+		d := docs[i]
 		if d == nil {
 			continue
 		}
@@ -37,7 +40,6 @@ func NewCorpus(docs []*tree.Document) *Corpus {
 				c.df[id]--
 			}
 		}
-		stems := DocStems(d)
 		ids := make([]uint32, 0, len(stems))
 		for _, s := range stems {
 			id, ok := c.vocab[s]
@@ -55,6 +57,31 @@ func NewCorpus(docs []*tree.Document) *Corpus {
 	return c
 }
 
+// docStemsAll returns DocStems of every document, computed on every core. A KB repeats
+// a vocabulary of some ten thousand words across a million tokens, so each worker
+// stems a word once and remembers it: stemming was most of the corpus build.
+func docStemsAll(docs []*tree.Document) [][]string {
+	out := make([][]string, len(docs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range max(1, min(runtime.GOMAXPROCS(0), len(docs))) {
+		wg.Go(func() {
+			memo := make(map[string]string, 1<<14)
+			for i := range next {
+				if docs[i] != nil {
+					out[i] = docStems(docs[i], memo)
+				}
+			}
+		})
+	}
+	for i := range docs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return out
+}
+
 // DocStems returns the distinct stems of a document's title, path words and content, stop
 // words removed: the same words the search engine indexes.
 func DocStems(d *tree.Document) []string {
@@ -66,6 +93,29 @@ func DocStems(d *tree.Document) []string {
 	b.WriteByte(' ')
 	b.WriteString(d.Content)
 	return text.Stems(nonStop(text.Words(b.String())))
+}
+
+// docStems is DocStems with a memo of stems already computed.
+func docStems(d *tree.Document, memo map[string]string) []string {
+	words := text.Words(d.Title + " " + engine.PathText(d.Path) + " " + d.Content)
+	seen := make(map[string]struct{}, 256)
+	out := make([]string, 0, 256)
+	for _, w := range words {
+		if text.IsStopWord(w) {
+			continue
+		}
+		st, ok := memo[w]
+		if !ok {
+			st = text.Stem(w)
+			memo[w] = st
+		}
+		if _, dup := seen[st]; dup {
+			continue
+		}
+		seen[st] = struct{}{}
+		out = append(out, st)
+	}
+	return out
 }
 
 // QueryStems returns the distinct stems of a query's search words, stop words removed.

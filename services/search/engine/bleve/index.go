@@ -4,6 +4,7 @@ package bleve
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -50,6 +51,7 @@ const (
 	// way documents are turned into fields changes, so persisted indexes are rebuilt.
 	schemaVersion  = "quarry-bleve-1"
 	fingerprintKey = "quarry_fingerprint"
+	bm25Key        = "quarry_bm25_stats"
 	metaFile       = "index_meta.json"
 )
 
@@ -77,7 +79,11 @@ func Build(ctx context.Context, docs []engine.Doc, cfg Config) (*Index, error) {
 			return nil, err
 		}
 		if ix != nil {
-			ix.bm25 = bm25Stats(docs)
+			// The stats were stored with the index; recounting 5,000 documents' tokens
+			// would cost a restart most of its time.
+			if ix.bm25 == nil {
+				ix.bm25 = bm25Stats(docs)
+			}
 			return ix, nil
 		}
 		if err := removeIndexDir(cfg.Dir); err != nil {
@@ -98,6 +104,16 @@ func Build(ctx context.Context, docs []engine.Doc, cfg Config) (*Index, error) {
 	if err := ix.load(ctx, docs); err != nil {
 		_ = idx.Close()
 		return nil, err
+	}
+	if cfg.Dir != "" && cfg.Fingerprint != "" && ix.bm25 != nil {
+		raw, err := json.Marshal(ix.bm25)
+		if err == nil {
+			err = idx.SetInternal([]byte(bm25Key), raw)
+		}
+		if err != nil {
+			_ = idx.Close()
+			return nil, fmt.Errorf("bleve store bm25 stats: %w", err)
+		}
 	}
 	if cfg.Dir != "" && cfg.Fingerprint != "" {
 		// Written last: an interrupted build leaves no fingerprint and is rebuilt.
@@ -133,7 +149,14 @@ func reopen(cfg Config) (*Index, error) {
 		_ = idx.Close()
 		return nil, fmt.Errorf("bleve count %q: %w", cfg.Dir, err)
 	}
-	return &Index{idx: idx, cfg: cfg, n: int(n), reused: true}, nil
+	ix := &Index{idx: idx, cfg: cfg, n: int(n), reused: true}
+	if raw, err := idx.GetInternal([]byte(bm25Key)); err == nil && len(raw) > 0 {
+		var st search.BM25Stats
+		if json.Unmarshal(raw, &st) == nil && st.DocCount == float64(n) {
+			ix.bm25 = &st
+		}
+	}
+	return ix, nil
 }
 
 func storedFingerprint(cfg Config) string {
