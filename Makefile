@@ -10,7 +10,7 @@ BUF_VERSION                := v1.75.0
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
-.PHONY: all run test check fmt vet lint generate check-generated build-standalone unit bench tools
+.PHONY: all run test check fmt vet lint generate check-generated build-standalone unit fuzz bench tools
 
 all: test
 
@@ -19,7 +19,7 @@ run:
 	go run ./cmd/quarry up
 
 ## test: every check and test (what CI runs)
-test: check unit
+test: check unit fuzz
 
 check: fmt vet lint check-generated build-standalone
 
@@ -53,6 +53,16 @@ build-standalone:
 
 unit:
 	@for m in $(MODULES); do (cd $$m && go test -count=1 ./...) || exit 1; done
+
+# fuzz runs every fuzz target briefly on top of its seed corpus (the seeds already run
+# in unit); `make fuzz FUZZTIME=5m` digs deeper.
+FUZZTIME ?= 3s
+FUZZ_TARGETS := platform/text:FuzzTokens platform/text:FuzzWordsMatchesReference \
+	services/search/tree:FuzzCleanPath services/search/tree:FuzzParseFrontMatter services/search/tree:FuzzParseScope
+fuzz:
+	@for t in $(FUZZ_TARGETS); do dir=$${t%%:*}; fn=$${t##*:}; \
+		(cd $$dir && go test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) .) >/tmp/quarry-fuzz.log 2>&1 || { cat /tmp/quarry-fuzz.log; echo "fuzz $$t failed"; exit 1; }; \
+		echo "fuzz $$t: ok"; done
 
 ## bench: the SPEC §5 speed figures (T0, T1, T2 over gRPC beside a bare echo)
 bench:

@@ -2,6 +2,7 @@ package tree
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"unicode"
@@ -156,6 +157,36 @@ func FuzzCleanPath(f *testing.F) {
 		}
 		if again, err := CleanPath(c); err != nil || again != c {
 			t.Fatalf("CleanPath is not idempotent: %q -> %q -> %q, %v", p, c, again, err)
+		}
+	})
+}
+
+// FuzzParseScope checks that whatever a question looks like, a scope it yields is a
+// clean path inside the tree under a known domain, and the rest of the question is not
+// lost.
+func FuzzParseScope(f *testing.F) {
+	for _, s := range []string{"auth/jwt refresh token rotation", "deploy rollback", "../etc passwd", "/abs path", "auth/../.. x", "a/b", "auth/jwt"} {
+		f.Add(s)
+	}
+	domains := []string{"auth", "deploy", "data"}
+	f.Fuzz(func(t *testing.T, q string) {
+		scope, rest := ParseScope(q, domains)
+		if scope == "" {
+			if rest != q {
+				t.Fatalf("no scope but the question changed: %q -> %q", q, rest)
+			}
+			return
+		}
+		clean, err := CleanPath(scope)
+		if err != nil || clean != scope {
+			t.Fatalf("scope %q of %q is not a clean path (%q, %v)", scope, q, clean, err)
+		}
+		top, _, _ := strings.Cut(scope, "/")
+		if !slices.Contains(domains, top) {
+			t.Fatalf("scope %q of %q is not under a known domain", scope, q)
+		}
+		if strings.TrimSpace(rest) == "" {
+			t.Fatalf("scope %q of %q left no question", scope, q)
 		}
 	})
 }
