@@ -3,6 +3,7 @@
 //	quarry up                          start search, agent and gateway in one process
 //	quarry query [-kb K] "question"    ask a running gateway
 //	quarry genkb -out DIR -files N     write a synthetic knowledge base for benchmarks
+//	quarry bench [-c 64 -d 30s]        load generator with a report per tier
 package main
 
 import (
@@ -20,6 +21,7 @@ commands:
   up       start the whole system in one process with embedded defaults and show it answering
   query    ask a running gateway a question
   genkb    write a synthetic knowledge base (for benchmarks)
+  bench    load a gateway (or an embedded Quarry) and report qps and p50/p95/p99 per tier
 
 Run "quarry <command> -h" for the flags of a command.
 `
@@ -43,6 +45,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = query(ctx, args[1:], stdout)
 	case "genkb":
 		err = genkb(args[1:], stdout)
+	case "bench":
+		err = benchCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

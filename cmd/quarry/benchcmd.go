@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/services/search/kbgen"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// benchCmd is "quarry bench": a load generator over gRPC, against a running gateway on
+// loopback or an embedded Quarry it starts on a generated knowledge base.
+func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	addr := fs.String("addr", "", "gateway to load (loopback only); empty starts an embedded Quarry")
+	kbID := fs.String("kb", "bench", "knowledge base to ask")
+	files := fs.Int("files", 5000, "embedded: size of the generated knowledge base")
+	questions := fs.String("questions", "", "JSONL file of questions ({\"query\": ...}); default: generated known-item questions")
+	c := fs.Int("c", 64, "concurrent callers")
+	d := fs.Duration("d", 30*time.Second, "how long to measure (after warm-up)")
+	n := fs.Int("n", 0, "measure this many calls instead of a duration")
+	warm := fs.Duration("warmup", 3*time.Second, "warm-up before measuring")
+	mixFlag := fs.String("mix", "repeat=0.5,reword=0.2,new=0.25,echo=0.05", "weights of repeated (T0), reworded (T1), new questions and bare gRPC echoes")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	timeout := fs.Duration("timeout", 10*time.Second, "deadline of each call")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	mix, err := parseMix(*mixFlag)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *c < 1 || *c > 1024:
+		return fmt.Errorf("-c must be in [1,1024], got %d", *c)
+	case *n == 0 && (*d <= 0 || *d > time.Hour):
+		return fmt.Errorf("-d must be in (0, 1h], got %v", *d)
+	case *n < 0:
+		return fmt.Errorf("-n must be >= 0, got %d", *n)
+	}
+
+	cfg := loadConfig{Concurrency: *c, Duration: *d, Count: *n, Warmup: *warm, KB: *kbID, Mix: mix, Timeout: *timeout}
+	target := *addr
+	if target == "" {
+		dir, err := os.MkdirTemp("", "quarry-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		fmt.Fprintf(stderr, "generating a %d-file knowledge base and starting Quarry...\n", *files)
+		m, err := kbgen.Generate(filepath.Join(dir, *kbID), kbgen.Options{Files: *files, Seed: 1})
+		if err != nil {
+			return err
+		}
+		for _, q := range m.Questions(*files, 11) {
+			cfg.Questions = append(cfg.Questions, q.Query)
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		sys, err := start(sctx, upConfig{Gateway: "127.0.0.1:0", Search: "127.0.0.1:0", Agent: "127.0.0.1:0", KBRoot: dir},
+			slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			return err
+		}
+		defer func() { cancel(); <-sys.done }()
+		target = sys.Gateway.String()
+	} else if err := loopbackOnly(target); err != nil {
+		return err
+	}
+	if *questions != "" {
+		if cfg.Questions, err = readQuestions(*questions); err != nil {
+			return err
+		}
+	}
+	if len(cfg.Questions) == 0 {
+		return errors.New("no questions: pass -questions FILE with a running gateway")
+	}
+
+	conn, err := grpcx.Dial(target)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	rssBefore := rssKiB()
+	rep, err := runLoad(ctx, quarryv1.NewQueryServiceClient(conn), healthpb.NewHealthClient(conn), cfg, stderr)
+	if err != nil {
+		return err
+	}
+	if *addr == "" {
+		rep.RSS = map[string]int64{"before": rssBefore, "after": rssKiB()}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	rep.print(stdout)
+	if rep.Errors > 0 {
+		return fmt.Errorf("%d calls failed", rep.Errors)
+	}
+	return nil
+}
+
+// loopbackOnly refuses to load anything but this machine: a load generator pointed at a
+// shared deployment by mistake is an outage.
+func loopbackOnly(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("-addr %q: %w", addr, err)
+	}
+	ips, err := net.LookupIP(host)
+	if err != nil {
+		return fmt.Errorf("-addr %q: %w", addr, err)
+	}
+	for _, ip := range ips {
+		if !ip.IsLoopback() {
+			return fmt.Errorf("-addr %q is not a loopback address: quarry bench only loads this machine", addr)
+		}
+	}
+	return nil
+}
+
+func readQuestions(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var q struct {
+			Query string `json:"query"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &q); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if q.Query != "" {
+			out = append(out, q.Query)
+		}
+	}
+	return out, sc.Err()
+}

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// TestLoadMixedWorkload runs the load generator briefly against the example KB: 32
+// concurrent callers, repeated, reworded and new questions and echoes, zero errors.
+// "quarry bench" runs the long version (64 callers, 30 s, a 5,000-file KB).
+func TestLoadMixedWorkload(t *testing.T) {
+	_, gw, _ := startSystem(t, "../../examples/kb")
+	qs, err := readQuestions("../../examples/questions.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mix, err := parseMix("repeat=0.5,reword=0.2,new=0.25,echo=0.05")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := runLoad(context.Background(), quarryv1.NewQueryServiceClient(gw), healthpb.NewHealthClient(gw),
+		loadConfig{Concurrency: 32, Duration: 3 * time.Second, Warmup: 500 * time.Millisecond, KB: "platform", Mix: mix, Questions: qs, Timeout: 10 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Errors != 0 {
+		t.Fatalf("%d of %d calls failed: %v", rep.Errors, rep.Calls, rep.ErrorsBy)
+	}
+	for _, tier := range []string{"EXACT_CACHE", "FUZZY_CACHE", "ECHO"} {
+		if rep.ByTier[tier].N == 0 {
+			t.Errorf("no %s calls in the mix: %v", tier, rep.ByTier)
+		}
+	}
+	t.Logf("%d calls, %.0f qps, T0 p99 %.2f ms, echo p99 %.2f ms", rep.Calls, rep.QPS, rep.ByTier["EXACT_CACHE"].P99, rep.ByTier["ECHO"].P99)
+}
