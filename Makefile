@@ -46,6 +46,47 @@ check-generated: tools
 		echo "gen/ is stale: run 'make generate' and commit the result"; diff -r -x go.mod -x go.sum -x doc.go $$tmp/gen gen | head -20; exit 1; \
 	fi
 
+# Polyglot clients (clients/): Python and TypeScript stubs generated from proto/ by
+# buf.gen.clients.yaml, and example clients that cmd/quarry/clients_test.go runs against
+# a live Quarry. Stubs are checked like gen/; buf breaking keeps stubs generated from an
+# older main working.
+.PHONY: client-deps generate-clients check-generated-clients breaking
+check: check-generated-clients breaking
+unit: client-deps
+
+## client-deps: install protoc, grpc_python_plugin, python3-grpcio (apt, as root) and clients/node's pinned npm packages
+client-deps:
+	@clients/install-deps.sh
+
+CLIENT_STUBS := clients/python/quarry clients/node/src/gen
+
+## generate-clients: regenerate the Python and TypeScript stubs in clients/ from proto/
+generate-clients: tools client-deps
+	rm -rf $(CLIENT_STUBS)
+	buf generate --template buf.gen.clients.yaml
+
+check-generated-clients: tools client-deps
+	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	buf generate --template buf.gen.clients.yaml -o $$tmp && \
+	for d in $(CLIENT_STUBS); do \
+		if ! diff -r -x __pycache__ $$tmp/$$d $$d >/dev/null; then \
+			echo "$$d is stale: run 'make generate-clients' and commit the result (stubs are generated with libprotoc 3.21.12; this machine has $$(protoc --version))"; \
+			diff -r -x __pycache__ $$tmp/$$d $$d | head -20; exit 1; \
+		fi; \
+	done
+
+# breaking compares proto/ with main: the local branch, or origin/main in a CI checkout
+# that has no local main. BREAKING_AGAINST=<buf input> compares with something else.
+## breaking: buf breaking (FILE rules) against the main branch
+breaking: tools
+	@against='$(BREAKING_AGAINST)'; \
+	if [ -z "$$against" ]; then \
+		if git rev-parse -q --verify refs/heads/main >/dev/null; then against='.git#branch=main'; \
+		elif git rev-parse -q --verify refs/remotes/origin/main >/dev/null; then against='.git#ref=origin/main'; \
+		else echo "breaking: no main branch to compare proto/ with: git fetch origin main, or set BREAKING_AGAINST"; exit 1; fi; \
+	fi; \
+	buf breaking --against "$$against"
+
 # build-standalone proves every module builds on its own (relative replace lines), as
 # a user vendoring one service would build it.
 build-standalone:

@@ -24,17 +24,18 @@ const (
 // AnswerRequest hands a routed question to the agent.
 type AnswerRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Knowledge base id.
+	// Knowledge base id (as in QueryRequest.knowledge_base); the agent's tools read it.
 	KnowledgeBase string `protobuf:"bytes,1,opt,name=knowledge_base,json=knowledgeBase,proto3" json:"knowledge_base,omitempty"`
-	// The question.
+	// The question as the user wrote it, already validated by the gateway.
 	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
-	// SINGLE_LLM or AGENTIC.
+	// SINGLE_LLM or AGENTIC; any other tier is INVALID_ARGUMENT.
 	Tier Tier `protobuf:"varint,3,opt,name=tier,proto3,enum=quarry.v1.Tier" json:"tier,omitempty"`
-	// Documents to embed in the prompt (T3), best first.
+	// Documents to embed in the prompt (T3), best first; ResolveResponse.prefetched
+	// (at most 5 by default).
 	Prefetched []*Document `protobuf:"bytes,4,rep,name=prefetched,proto3" json:"prefetched,omitempty"`
-	// Ranked sources the search found, best first.
+	// Ranked sources the search found, best first (ResolveResponse.sources).
 	Sources []*Source `protobuf:"bytes,5,rep,name=sources,proto3" json:"sources,omitempty"`
-	// Generation the routing decision was made under.
+	// Generation the routing decision was made under (ResolveResponse.generation).
 	Generation    uint64 `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -117,13 +118,14 @@ type AgentAnswer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The answer, markdown.
 	Answer string `protobuf:"bytes,1,opt,name=answer,proto3" json:"answer,omitempty"`
-	// Documents the model read or cited.
+	// Documents the model read or cited, best first.
 	Sources []*Source `protobuf:"bytes,2,rep,name=sources,proto3" json:"sources,omitempty"`
-	// True when the agent could not get an answer from the LLM and fell back.
+	// True when the agent could not get an answer from the LLM and fell back to an
+	// extractive answer.
 	Degraded bool `protobuf:"varint,3,opt,name=degraded,proto3" json:"degraded,omitempty"`
-	// Why the answer is degraded.
+	// Why the answer is degraded, in words for people; "" when degraded is false.
 	DegradedReason string `protobuf:"bytes,4,opt,name=degraded_reason,json=degradedReason,proto3" json:"degraded_reason,omitempty"`
-	// LLM usage.
+	// LLM usage and how the loop ended.
 	Llm           *LlmTrace `protobuf:"bytes,5,opt,name=llm,proto3" json:"llm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -268,7 +270,7 @@ type isAnswerResponse_Event interface {
 }
 
 type AnswerResponse_Delta struct {
-	// The next piece of answer text.
+	// The next piece of answer text, in order.
 	Delta string `protobuf:"bytes,1,opt,name=delta,proto3,oneof"`
 }
 

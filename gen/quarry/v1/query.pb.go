@@ -25,12 +25,18 @@ const (
 // QueryRequest asks one question of one knowledge base.
 type QueryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Knowledge base id: 1-64 characters of [a-z0-9_-], starting with a letter or digit.
+	// Knowledge base id: 1-64 characters of [a-z0-9_-], starting with a letter or digit,
+	// e.g. "platform". Required: a malformed id is INVALID_ARGUMENT, an id the search
+	// service does not serve is NOT_FOUND.
 	KnowledgeBase string `protobuf:"bytes,1,opt,name=knowledge_base,json=knowledgeBase,proto3" json:"knowledge_base,omitempty"`
-	// The question, UTF-8, at most 4096 bytes by default (gateway flag -max-query-bytes).
-	// A leading "a/b" path or a known domain name as the first word scopes the search.
+	// The question, required: valid UTF-8 of at most 4096 bytes by default (gateway flag
+	// -max-query-bytes), not only white space, with no control characters other than tab,
+	// line feed and carriage return; anything else is INVALID_ARGUMENT. Case and runs of
+	// white space do not matter to the cache. A leading "a/b" folder path or a known domain
+	// name (a top-level folder) as the first word scopes the search to that folder.
 	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
-	// Return the routing trace (stage timings, cache lookups, gate inputs and decision).
+	// Return the routing trace in QueryResponse.explain (stage timings, cache lookups, gate
+	// inputs and decision). Default false; it does not change the answer or the caching.
 	Explain       bool `protobuf:"varint,3,opt,name=explain,proto3" json:"explain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -90,28 +96,37 @@ func (x *QueryRequest) GetExplain() bool {
 // QueryResponse is the answer and how it was produced.
 type QueryResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The tier that answered this request (EXACT_CACHE or FUZZY_CACHE when from cache).
+	// The tier that answered this request (EXACT_CACHE or FUZZY_CACHE when from cache);
+	// never TIER_UNSPECIFIED.
 	Tier Tier `protobuf:"varint,1,opt,name=tier,proto3,enum=quarry.v1.Tier" json:"tier,omitempty"`
-	// The tier that originally computed the answer; equals tier unless from_cache is set.
+	// The tier that originally computed the answer (OUT_OF_DOMAIN, DIRECT, SINGLE_LLM or
+	// AGENTIC); equals tier unless from_cache is set.
 	OriginTier Tier `protobuf:"varint,2,opt,name=origin_tier,json=originTier,proto3,enum=quarry.v1.Tier" json:"origin_tier,omitempty"`
 	// True when the answer came from the exact or fuzzy cache.
 	FromCache bool `protobuf:"varint,3,opt,name=from_cache,json=fromCache,proto3" json:"from_cache,omitempty"`
-	// The answer, markdown.
+	// The answer, GitHub-flavoured markdown, never empty. DIRECT answers have the sections
+	// "## Summary", "## Details", "## Sources" and "## Gaps"; OUT_OF_DOMAIN answers say
+	// the knowledge base does not cover the question.
 	Answer string `protobuf:"bytes,4,opt,name=answer,proto3" json:"answer,omitempty"`
-	// Documents the answer was built from, best first.
+	// Documents the answer was built from or points to, best first; at most 10 by default
+	// (search flag -max-sources); usually empty for OUT_OF_DOMAIN answers.
 	Sources []*Source `protobuf:"bytes,5,rep,name=sources,proto3" json:"sources,omitempty"`
 	// True when the answer is a fallback: the question was routed to an LLM tier but no
 	// LLM could answer, so the best extractive answer from the documents is returned.
 	Degraded bool `protobuf:"varint,6,opt,name=degraded,proto3" json:"degraded,omitempty"`
-	// Why the answer is degraded, "" otherwise.
+	// Why the answer is degraded, in words for people (e.g. "no LLM provider
+	// configured"); "" when degraded is false.
 	DegradedReason string `protobuf:"bytes,7,opt,name=degraded_reason,json=degradedReason,proto3" json:"degraded_reason,omitempty"`
-	// Knowledge base the answer is for.
+	// Knowledge base the answer is for, as requested.
 	KnowledgeBase string `protobuf:"bytes,8,opt,name=knowledge_base,json=knowledgeBase,proto3" json:"knowledge_base,omitempty"`
-	// Generation of the knowledge base the answer was computed under.
+	// Generation of the knowledge base the answer was computed under: an opaque number
+	// that grows with every change to the knowledge base. Compare generations, do not
+	// interpret them; a cached answer reports the generation it was computed under.
 	Generation uint64 `protobuf:"varint,9,opt,name=generation,proto3" json:"generation,omitempty"`
-	// Server-side time spent on the request.
+	// Time the gateway spent on the request, from receiving it to having the response;
+	// network time is not included.
 	Elapsed *durationpb.Duration `protobuf:"bytes,10,opt,name=elapsed,proto3" json:"elapsed,omitempty"`
-	// Routing trace, present when the request set explain.
+	// Routing trace, present only when the request set explain.
 	Explain       *Explain `protobuf:"bytes,11,opt,name=explain,proto3" json:"explain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -227,7 +242,7 @@ func (x *QueryResponse) GetExplain() *Explain {
 // QueryStreamRequest is the same request as Query.
 type QueryStreamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The question; see QueryRequest.
+	// The question, with the same fields and rules as Query's request; required.
 	Request       *QueryRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -344,8 +359,8 @@ type isQueryStreamResponse_Event interface {
 }
 
 type QueryStreamResponse_Delta struct {
-	// The next piece of answer text (LLM tiers only). Concatenated, the deltas equal
-	// the final answer.
+	// The next piece of answer text (LLM tiers only), in order, of any length.
+	// Concatenated, the deltas equal the final answer.
 	Delta string `protobuf:"bytes,1,opt,name=delta,proto3,oneof"`
 }
 

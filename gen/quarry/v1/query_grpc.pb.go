@@ -28,14 +28,26 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // QueryService is Quarry's public API: ask a question of a knowledge base and get the
-// answer from the fastest tier that can give it.
+// answer from the fastest tier that can give it. Generate a client stub in any language
+// from this file (see README "Clients"). Set a deadline on every call: cache hits take
+// well under a millisecond, LLM tiers can take tens of seconds (the gateway gives the
+// agent 60 s by default, -agent-timeout); an expired deadline ends the call with
+// DEADLINE_EXCEEDED. Caching is transparent: identical questions (after normalisation) to
+// the same knowledge base generation are answered from the cache for 60 s by default
+// (-cache-ttl).
 type QueryServiceClient interface {
 	// Query answers a question. Errors: INVALID_ARGUMENT for an empty, oversized or
 	// non-UTF-8 query or a malformed knowledge base id; NOT_FOUND for an unknown knowledge
-	// base; UNAVAILABLE when the search service cannot be reached and no cache can answer.
+	// base; UNAVAILABLE when the search service cannot be reached and no cache can answer
+	// (safe to retry with backoff); DEADLINE_EXCEEDED or CANCELLED when the caller's deadline
+	// passed or it cancelled. Status messages of INVALID_ARGUMENT and NOT_FOUND say what was
+	// wrong and are safe to show to users.
 	Query(ctx context.Context, in *QueryRequest, opts ...grpc.CallOption) (*QueryResponse, error)
 	// QueryStream answers like Query but streams the answer text of LLM tiers as it is
-	// produced. The last event always carries the complete response.
+	// produced. The last event always carries the complete response; answers from the
+	// cache, OUT_OF_DOMAIN and DIRECT come as that one event. Errors as for Query; an error
+	// after some deltas ends the stream with that status and no final event, and the text
+	// received so far is not an answer.
 	QueryStream(ctx context.Context, in *QueryStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[QueryStreamResponse], error)
 }
 
@@ -81,14 +93,26 @@ type QueryService_QueryStreamClient = grpc.ServerStreamingClient[QueryStreamResp
 // for forward compatibility.
 //
 // QueryService is Quarry's public API: ask a question of a knowledge base and get the
-// answer from the fastest tier that can give it.
+// answer from the fastest tier that can give it. Generate a client stub in any language
+// from this file (see README "Clients"). Set a deadline on every call: cache hits take
+// well under a millisecond, LLM tiers can take tens of seconds (the gateway gives the
+// agent 60 s by default, -agent-timeout); an expired deadline ends the call with
+// DEADLINE_EXCEEDED. Caching is transparent: identical questions (after normalisation) to
+// the same knowledge base generation are answered from the cache for 60 s by default
+// (-cache-ttl).
 type QueryServiceServer interface {
 	// Query answers a question. Errors: INVALID_ARGUMENT for an empty, oversized or
 	// non-UTF-8 query or a malformed knowledge base id; NOT_FOUND for an unknown knowledge
-	// base; UNAVAILABLE when the search service cannot be reached and no cache can answer.
+	// base; UNAVAILABLE when the search service cannot be reached and no cache can answer
+	// (safe to retry with backoff); DEADLINE_EXCEEDED or CANCELLED when the caller's deadline
+	// passed or it cancelled. Status messages of INVALID_ARGUMENT and NOT_FOUND say what was
+	// wrong and are safe to show to users.
 	Query(context.Context, *QueryRequest) (*QueryResponse, error)
 	// QueryStream answers like Query but streams the answer text of LLM tiers as it is
-	// produced. The last event always carries the complete response.
+	// produced. The last event always carries the complete response; answers from the
+	// cache, OUT_OF_DOMAIN and DIRECT come as that one event. Errors as for Query; an error
+	// after some deltas ends the stream with that status and no final event, and the text
+	// received so far is not an answer.
 	QueryStream(*QueryStreamRequest, grpc.ServerStreamingServer[QueryStreamResponse]) error
 	mustEmbedUnimplementedQueryServiceServer()
 }

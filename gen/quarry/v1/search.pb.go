@@ -26,9 +26,10 @@ type ResolveRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Knowledge base id.
 	KnowledgeBase string `protobuf:"bytes,1,opt,name=knowledge_base,json=knowledgeBase,proto3" json:"knowledge_base,omitempty"`
-	// The question as the user wrote it (the service scopes and tokenises it).
+	// The question as the user wrote it (the service scopes and tokenises it); required,
+	// at most 64 KiB.
 	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
-	// Fill in the gate trace.
+	// Fill in gate and stages. Default false.
 	Explain       bool `protobuf:"varint,3,opt,name=explain,proto3" json:"explain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -95,12 +96,15 @@ type ResolveResponse struct {
 	Answer string `protobuf:"bytes,2,opt,name=answer,proto3" json:"answer,omitempty"`
 	// True when answer is an extractive fallback for an LLM route.
 	FallbackDegraded bool `protobuf:"varint,3,opt,name=fallback_degraded,json=fallbackDegraded,proto3" json:"fallback_degraded,omitempty"`
-	// Ranked sources after the gap filter, best first (for DIRECT, those in the answer).
+	// Ranked sources after the gap filter, best first (for DIRECT, those in the answer);
+	// at most 10 by default (-max-sources).
 	Sources []*Source `protobuf:"bytes,4,rep,name=sources,proto3" json:"sources,omitempty"`
-	// For the LLM routes: the documents to embed in the prompt (relevance >= 0.7, at most 5),
-	// with full content.
+	// For the LLM routes: the documents to embed in the prompt (relevance >= 0.7, at most 5
+	// by default: -gate-prefetch-min, -gate-direct-max-docs), with full content; empty
+	// for OUT_OF_DOMAIN and DIRECT.
 	Prefetched []*Document `protobuf:"bytes,5,rep,name=prefetched,proto3" json:"prefetched,omitempty"`
-	// Generation of the knowledge base the decision was made under.
+	// Generation of the knowledge base the decision was made under (see
+	// KnowledgeBaseState.generation).
 	Generation uint64 `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
 	// Gate trace, when explain was set.
 	Gate *GateTrace `protobuf:"bytes,7,opt,name=gate,proto3" json:"gate,omitempty"`
@@ -201,7 +205,7 @@ type SearchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Knowledge base id.
 	KnowledgeBase string `protobuf:"bytes,1,opt,name=knowledge_base,json=knowledgeBase,proto3" json:"knowledge_base,omitempty"`
-	// Search text.
+	// Search text, required, at most 64 KiB; searched as written (no domain scoping).
 	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
 	// Folder to search under, relative to the root, e.g. "auth/jwt"; "" for everything.
 	Scope string `protobuf:"bytes,3,opt,name=scope,proto3" json:"scope,omitempty"`
@@ -329,7 +333,8 @@ type ReadDocumentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Knowledge base id.
 	KnowledgeBase string `protobuf:"bytes,1,opt,name=knowledge_base,json=knowledgeBase,proto3" json:"knowledge_base,omitempty"`
-	// Path relative to the root, forward slashes, no "..".
+	// Path relative to the root, forward slashes, no ".." (INVALID_ARGUMENT), e.g.
+	// "auth/jwt/rotation.md".
 	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -439,7 +444,7 @@ type ListFolderRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Knowledge base id.
 	KnowledgeBase string `protobuf:"bytes,1,opt,name=knowledge_base,json=knowledgeBase,proto3" json:"knowledge_base,omitempty"`
-	// Folder relative to the root; "" for the root.
+	// Folder relative to the root, forward slashes, e.g. "auth/jwt"; "" for the root.
 	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -492,7 +497,7 @@ func (x *ListFolderRequest) GetPath() string {
 // FolderEntry is one child of a folder.
 type FolderEntry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Path relative to the root.
+	// Path relative to the root, forward slashes.
 	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// True for a folder.
 	Folder bool `protobuf:"varint,2,opt,name=folder,proto3" json:"folder,omitempty"`
@@ -679,11 +684,13 @@ type ManifestEntry struct {
 	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// Document title.
 	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
-	// Short description: the document's first sentences, trimmed to fit the lane budget.
+	// Short description: the document's first sentences, at most 200 characters by
+	// default (-manifest-summary-chars).
 	Summary string `protobuf:"bytes,3,opt,name=summary,proto3" json:"summary,omitempty"`
-	// Estimated tokens this entry costs (characters / 4).
+	// Estimated tokens this entry costs: its characters / 4 by default
+	// (-manifest-chars-per-token), rounded up.
 	Tokens int32 `protobuf:"varint,4,opt,name=tokens,proto3" json:"tokens,omitempty"`
-	// Importance used to order the contexts lane.
+	// Runtime importance in [0,100], which orders the contexts lane.
 	Importance    float64 `protobuf:"fixed64,5,opt,name=importance,proto3" json:"importance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -759,11 +766,11 @@ type ManifestLane struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Entries in lane order.
 	Entries []*ManifestEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
-	// Token budget of the lane.
+	// Token budget of the lane (estimated tokens, as in ManifestEntry.tokens).
 	BudgetTokens int32 `protobuf:"varint,2,opt,name=budget_tokens,json=budgetTokens,proto3" json:"budget_tokens,omitempty"`
-	// Tokens used by the entries.
+	// Tokens used by the entries, <= budget_tokens.
 	UsedTokens int32 `protobuf:"varint,3,opt,name=used_tokens,json=usedTokens,proto3" json:"used_tokens,omitempty"`
-	// Entries left out because the budget was spent.
+	// Number of entries left out because the budget was spent.
 	Omitted       int32 `protobuf:"varint,4,opt,name=omitted,proto3" json:"omitted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -942,11 +949,13 @@ type KnowledgeBaseState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Knowledge base id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// Current generation; bumped by every change to the tree.
+	// Current generation: an opaque number, never 0, that grows with every (re)load or
+	// change of the tree. Compare generations; do not interpret them.
 	Generation uint64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
 	// Number of documents indexed, stubs and summaries included.
 	DocumentCount int32 `protobuf:"varint,3,opt,name=document_count,json=documentCount,proto3" json:"document_count,omitempty"`
-	// Domains: the top-level folders.
+	// Domains: the top-level folders, sorted; a question whose first word names one is
+	// scoped to it.
 	Domains       []string `protobuf:"bytes,4,rep,name=domains,proto3" json:"domains,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1098,7 +1107,7 @@ type WatchGenerationsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The knowledge bases whose state is reported (all of them in the first message).
 	KnowledgeBases []*KnowledgeBaseState `protobuf:"bytes,1,rep,name=knowledge_bases,json=knowledgeBases,proto3" json:"knowledge_bases,omitempty"`
-	// Knowledge bases that no longer exist.
+	// Ids of knowledge bases that no longer exist; never in the first message.
 	Removed       []string `protobuf:"bytes,2,rep,name=removed,proto3" json:"removed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -34,7 +34,9 @@ const (
 //
 // SearchService is the internal search tier: BM25 search, ranking, the out-of-domain
 // check, the T2 gate and answer, and read-only access to the knowledge for the agent.
-// Every request names its knowledge base; unknown ones get NOT_FOUND.
+// Every request names its knowledge base (an id as in QueryRequest.knowledge_base);
+// malformed ids get INVALID_ARGUMENT, unknown ones NOT_FOUND. Query texts are at most
+// 64 KiB; an empty one is INVALID_ARGUMENT. Internal: platform teams call QueryService.
 type SearchServiceClient interface {
 	// Resolve runs the whole search side of the query path for a question: scoping,
 	// search, entity search, ranking, the out-of-domain check and the T2 gate. It returns
@@ -150,7 +152,9 @@ type SearchService_WatchGenerationsClient = grpc.ServerStreamingClient[WatchGene
 //
 // SearchService is the internal search tier: BM25 search, ranking, the out-of-domain
 // check, the T2 gate and answer, and read-only access to the knowledge for the agent.
-// Every request names its knowledge base; unknown ones get NOT_FOUND.
+// Every request names its knowledge base (an id as in QueryRequest.knowledge_base);
+// malformed ids get INVALID_ARGUMENT, unknown ones NOT_FOUND. Query texts are at most
+// 64 KiB; an empty one is INVALID_ARGUMENT. Internal: platform teams call QueryService.
 type SearchServiceServer interface {
 	// Resolve runs the whole search side of the query path for a question: scoping,
 	// search, entity search, ranking, the out-of-domain check and the T2 gate. It returns

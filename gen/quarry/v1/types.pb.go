@@ -24,7 +24,8 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Tier names the path that produced an answer, fastest first.
+// Tier names the path that produced an answer, fastest first. New tiers may be added:
+// clients should treat an unknown value like TIER_UNSPECIFIED rather than fail.
 type Tier int32
 
 const (
@@ -158,17 +159,23 @@ type Source struct {
 	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// Title from the front matter, or the first heading, or the file name.
 	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
-	// Compound ranking score (relevance, importance, recency, maturity boost); orders results.
+	// Compound ranking score: (0.6 x relevance + 0.2 x importance/100 + 0.2 x recency) x
+	// maturity boost with the default weights, so in [0,1.15]. Orders results; compare it
+	// only within one response.
 	Score float64 `protobuf:"fixed64,3,opt,name=score,proto3" json:"score,omitempty"`
-	// Calibrated relevance in [0,1] that the gates decide on (see README "Calibration").
+	// Calibrated relevance in [0,1] that the gates decide on (see README "Calibration");
+	// 0.85 or more on the top source is what a DIRECT answer needs by default.
 	Relevance float64 `protobuf:"fixed64,4,opt,name=relevance,proto3" json:"relevance,omitempty"`
 	// True when the source is an archived stub (_archived/<name>.stub.md).
 	Archived bool `protobuf:"varint,5,opt,name=archived,proto3" json:"archived,omitempty"`
-	// A passage of about 800 characters from the document that best matches the question.
+	// A passage of about 800 characters (search flag -answer-excerpt-chars) from the
+	// document that best matches the question; "" when none was extracted.
 	Excerpt string `protobuf:"bytes,6,opt,name=excerpt,proto3" json:"excerpt,omitempty"`
-	// Runtime maturity of the document.
+	// Runtime maturity of the document (its front matter value, then promoted or demoted
+	// by use).
 	Maturity Maturity `protobuf:"varint,7,opt,name=maturity,proto3,enum=quarry.v1.Maturity" json:"maturity,omitempty"`
-	// Runtime importance in [0,100] after decay.
+	// Runtime importance in [0,100] after decay: the front matter value (default 50) grows
+	// when searches return the document and decays on idle days.
 	Importance float64 `protobuf:"fixed64,8,opt,name=importance,proto3" json:"importance,omitempty"`
 	// True when the source is a folder summary (_index.md) that scored by propagation
 	// from a matching file below it.
@@ -273,11 +280,12 @@ func (x *Source) GetPropagated() bool {
 // Document is a knowledge file with its front matter.
 type Document struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Path relative to the knowledge base root, forward slashes.
+	// Path relative to the knowledge base root, forward slashes, e.g. "auth/jwt/rotation.md".
 	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// Title from the front matter, or the first heading, or the file name.
 	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
-	// Markdown body without the front matter.
+	// Markdown body without the front matter, UTF-8; files are at most 1 MiB by default
+	// (search flag -kb-max-file-bytes).
 	Content string `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
 	// Tags from the front matter.
 	Tags []string `protobuf:"bytes,4,rep,name=tags,proto3" json:"tags,omitempty"`
@@ -287,7 +295,8 @@ type Document struct {
 	Importance float64 `protobuf:"fixed64,6,opt,name=importance,proto3" json:"importance,omitempty"`
 	// Runtime maturity (front matter value is the starting point; default draft).
 	Maturity Maturity `protobuf:"varint,7,opt,name=maturity,proto3,enum=quarry.v1.Maturity" json:"maturity,omitempty"`
-	// Last update: front matter "updated", or the file's modification time.
+	// Last update: front matter "updated", or the file's modification time. Drives recency
+	// in the ranking.
 	Updated *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=updated,proto3" json:"updated,omitempty"`
 	// True for archived stubs.
 	Archived bool `protobuf:"varint,9,opt,name=archived,proto3" json:"archived,omitempty"`
@@ -409,12 +418,14 @@ func (x *Document) GetExtra() *structpb.Struct {
 // StageTiming is the wall time one stage of the query path took.
 type StageTiming struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Stage name: "normalise", "exact_cache", "fuzzy_cache", "search", "entity_search",
-	// "rank", "gate", "answer", "agent".
+	// Stage name, e.g. "normalise", "exact_cache", "fuzzy_cache" (gateway), "resolve"
+	// (the whole search call), "parse", "search", "entity_search", "rank", "gate",
+	// "answer" (search service), "agent". For people: names may be added or renamed.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Wall time spent in the stage.
 	Duration *durationpb.Duration `protobuf:"bytes,2,opt,name=duration,proto3" json:"duration,omitempty"`
-	// Outcome in a few words, e.g. "miss", "hit", "3 results", "skipped: 1 token".
+	// Outcome in a few words for people, e.g. "miss", "hit", "3 results", "skipped: 1
+	// token"; "" when there is nothing to say.
 	Outcome       string `protobuf:"bytes,3,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -476,7 +487,8 @@ type ScoredResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Document path.
 	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	// Raw engine relevance (BM25 for the embedded engine).
+	// Raw engine relevance (BM25 for the embedded engine), >= 0 and unbounded; comparable
+	// only within one search.
 	EngineScore float64 `protobuf:"fixed64,2,opt,name=engine_score,json=engineScore,proto3" json:"engine_score,omitempty"`
 	// Share of the query's idf weight that the document contains, in [0,1].
 	Coverage float64 `protobuf:"fixed64,3,opt,name=coverage,proto3" json:"coverage,omitempty"`
@@ -486,11 +498,13 @@ type ScoredResult struct {
 	Importance float64 `protobuf:"fixed64,5,opt,name=importance,proto3" json:"importance,omitempty"`
 	// Recency e^(-days/30) in [0,1].
 	Recency float64 `protobuf:"fixed64,6,opt,name=recency,proto3" json:"recency,omitempty"`
-	// Maturity boost applied.
+	// Maturity boost applied: 1.15 core, 1.0 validated, 0.85 draft by default
+	// (search flags -rank-boost-*).
 	Boost float64 `protobuf:"fixed64,7,opt,name=boost,proto3" json:"boost,omitempty"`
-	// Final compound score.
+	// Final compound score (Source.score).
 	Score float64 `protobuf:"fixed64,8,opt,name=score,proto3" json:"score,omitempty"`
-	// For a folder summary that scored by propagation, the file it was propagated from.
+	// For a folder summary that scored by propagation, the file it was propagated from;
+	// "" otherwise.
 	PropagatedFrom string `protobuf:"bytes,9,opt,name=propagated_from,json=propagatedFrom,proto3" json:"propagated_from,omitempty"`
 	// True when the result came from an entity search rather than the main search.
 	FromEntitySearch bool `protobuf:"varint,10,opt,name=from_entity_search,json=fromEntitySearch,proto3" json:"from_entity_search,omitempty"`
@@ -601,27 +615,32 @@ func (x *ScoredResult) GetFromEntitySearch() bool {
 // GateTrace records the routing decision and everything it was based on.
 type GateTrace struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Search text after scoping and stop-word removal.
+	// Search text after scoping and stop-word removal; what the engine was asked.
 	SearchText string `protobuf:"bytes,1,opt,name=search_text,json=searchText,proto3" json:"search_text,omitempty"`
 	// Path scope applied ("" for the whole knowledge base).
 	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
 	// True when the all-terms search found results; false when the any-term fallback ran.
 	AllTermsMatched bool `protobuf:"varint,3,opt,name=all_terms_matched,json=allTermsMatched,proto3" json:"all_terms_matched,omitempty"`
-	// Number of results after ranking and the gap filter.
+	// Number of results after ranking and the gap filter, >= 0.
 	ResultCount int32 `protobuf:"varint,4,opt,name=result_count,json=resultCount,proto3" json:"result_count,omitempty"`
-	// Terms the entity search ran, when it ran.
+	// Terms the entity search ran (it runs when the main search found fewer than 3
+	// results); empty when it did not run.
 	EntityTerms []string `protobuf:"bytes,5,rep,name=entity_terms,json=entityTerms,proto3" json:"entity_terms,omitempty"`
-	// Relevance of the top and second result (the gate's evidence).
+	// Relevance of the top result in [0,1], the T2 gate's main evidence; 0 when there are
+	// no results.
 	TopRelevance float64 `protobuf:"fixed64,6,opt,name=top_relevance,json=topRelevance,proto3" json:"top_relevance,omitempty"`
 	// Relevance of the second result, 0 when there is none.
 	SecondRelevance float64 `protobuf:"fixed64,7,opt,name=second_relevance,json=secondRelevance,proto3" json:"second_relevance,omitempty"`
-	// Compound score of the top result.
+	// Compound score of the top result; 0 when there are no results.
 	TopScore float64 `protobuf:"fixed64,8,opt,name=top_score,json=topScore,proto3" json:"top_score,omitempty"`
-	// The out-of-domain rule that fired, "" when none did.
+	// The out-of-domain rule that fired, in words; "" when none did.
 	OutOfDomainRule string `protobuf:"bytes,9,opt,name=out_of_domain_rule,json=outOfDomainRule,proto3" json:"out_of_domain_rule,omitempty"`
-	// Why the T2 gate passed or failed, in words.
+	// Why the T2 gate passed or failed, in words for people.
 	DirectDecision string `protobuf:"bytes,10,opt,name=direct_decision,json=directDecision,proto3" json:"direct_decision,omitempty"`
-	// Thresholds in force, by name (e.g. "direct_min": 0.85).
+	// Thresholds in force, by name, currently "direct_min" (0.85 by default), "direct_high",
+	// "direct_gap", "prefetch_min", "direct_max_docs", "ood_min_files",
+	// "ood_min_relevance", "ood_all_terms_max", "ood_term_min_len", "ood_top_k". Counts
+	// are given as whole numbers.
 	Thresholds map[string]float64 `protobuf:"bytes,11,rep,name=thresholds,proto3" json:"thresholds,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
 	// Every ranked result with its score inputs.
 	Results       []*ScoredResult `protobuf:"bytes,12,rep,name=results,proto3" json:"results,omitempty"`
@@ -746,21 +765,27 @@ func (x *GateTrace) GetResults() []*ScoredResult {
 // CacheTrace records what the cache lookups saw.
 type CacheTrace struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Normalised query (the exact-cache key, with the knowledge base and generation).
+	// Normalised query: lower case, trimmed, runs of white space collapsed (the
+	// exact-cache key, with the knowledge base and generation).
 	NormalisedQuery string `protobuf:"bytes,1,opt,name=normalised_query,json=normalisedQuery,proto3" json:"normalised_query,omitempty"`
-	// Tokens used for fuzzy matching.
+	// Tokens used for fuzzy matching: the words of the question minus stop words and
+	// one-character words, deduplicated.
 	Tokens []string `protobuf:"bytes,2,rep,name=tokens,proto3" json:"tokens,omitempty"`
 	// Exact cache outcome: "hit", "miss", "error: ...".
 	Exact string `protobuf:"bytes,3,opt,name=exact,proto3" json:"exact,omitempty"`
-	// Fuzzy cache outcome: "hit", "miss", "skipped: ...", "rejected: ...".
+	// Fuzzy cache outcome: "hit", "miss", "skipped: ..." (e.g. fewer than 2 tokens),
+	// "rejected: ..."; "" when the exact cache answered.
 	Fuzzy string `protobuf:"bytes,4,opt,name=fuzzy,proto3" json:"fuzzy,omitempty"`
-	// The cached question a fuzzy candidate came from.
+	// The cached question a fuzzy candidate came from; "" when there was none.
 	FuzzyCandidate string `protobuf:"bytes,5,opt,name=fuzzy_candidate,json=fuzzyCandidate,proto3" json:"fuzzy_candidate,omitempty"`
-	// Jaccard similarity of the fuzzy candidate.
+	// Jaccard similarity of the fuzzy candidate's tokens to this question's, in [0,1];
+	// 0.6 or more is needed by default (gateway flag -fuzzy-min).
 	FuzzySimilarity float64 `protobuf:"fixed64,6,opt,name=fuzzy_similarity,json=fuzzySimilarity,proto3" json:"fuzzy_similarity,omitempty"`
-	// How the fuzzy candidate was verified or why it was rejected.
+	// How the fuzzy candidate was verified (same stems, or the fresh search agreed) or
+	// why it was rejected, in words.
 	FuzzyVerification string `protobuf:"bytes,7,opt,name=fuzzy_verification,json=fuzzyVerification,proto3" json:"fuzzy_verification,omitempty"`
-	// True when the answer was stored in the cache after being computed.
+	// True when the answer was stored in the cache after being computed; false for cache
+	// hits and for answers degraded by a failure, which are not cached.
 	Stored        bool `protobuf:"varint,8,opt,name=stored,proto3" json:"stored,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -857,17 +882,19 @@ type LlmTrace struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Model name as reported by the provider.
 	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
-	// Prompt tokens summed over all calls.
+	// Prompt tokens summed over all calls, as the provider reported them (0 when it
+	// reported none).
 	PromptTokens int64 `protobuf:"varint,2,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
-	// Completion tokens summed over all calls.
+	// Completion tokens summed over all calls, as the provider reported them.
 	CompletionTokens int64 `protobuf:"varint,3,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
-	// Number of chat calls made.
+	// Number of chat calls the agent made (retries of a failed call are not counted).
 	Calls int32 `protobuf:"varint,4,opt,name=calls,proto3" json:"calls,omitempty"`
 	// Loop iterations (T4) or tool steps (T3).
 	Iterations int32 `protobuf:"varint,5,opt,name=iterations,proto3" json:"iterations,omitempty"`
-	// Tool calls made, as "name(args)".
+	// Tool calls made, in order, as "name(args)".
 	ToolCalls []string `protobuf:"bytes,6,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
-	// Why the loop stopped: "answered", "loop_detected", "max_iterations", "deadline".
+	// Why the loop stopped: "answered", "loop_detected", "max_iterations", "deadline",
+	// "llm_error" (the answer is the extractive fallback).
 	StopReason    string `protobuf:"bytes,7,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -955,9 +982,10 @@ func (x *LlmTrace) GetStopReason() string {
 // Explain is the routing trace returned when a request asks for it.
 type Explain struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Per-stage wall times, in the order the stages ran.
+	// Per-stage wall times, in the order the stages ran (gateway stages, then the search
+	// service's, then the agent's).
 	Stages []*StageTiming `protobuf:"bytes,1,rep,name=stages,proto3" json:"stages,omitempty"`
-	// Cache lookups.
+	// Cache lookups; always present.
 	Cache *CacheTrace `protobuf:"bytes,2,opt,name=cache,proto3" json:"cache,omitempty"`
 	// Search and gate decision; absent when a cache answered.
 	Gate *GateTrace `protobuf:"bytes,3,opt,name=gate,proto3" json:"gate,omitempty"`

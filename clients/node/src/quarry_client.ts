@@ -1,0 +1,220 @@
+// Ask Quarry questions over gRPC and print how each was answered.
+//
+//   npm ci && npm run build
+//   node dist/quarry_client.js --kb platform "How do I rotate the JWT signing key?"
+//   node dist/quarry_client.js --kb platform --explain --stream "what should I check before a deploy?"
+//
+// Every question is asked in turn on one HTTP/2 connection, so asking the same one twice
+// shows the exact cache answering the second time. The stubs in src/gen are generated from
+// proto/ by `make generate-clients` (protoc-gen-es); Connect-ES speaks the gRPC protocol
+// through @connectrpc/connect-node's gRPC transport.
+//
+// Exit status: 0 when every question was answered, 1 when a call failed (the gRPC status
+// is printed on stderr as "error: CODE: message"), 2 for a usage error.
+
+import { parseArgs } from "node:util";
+import type { Duration } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { QueryService, type QueryResponse } from "./gen/quarry/v1/query_pb.js";
+import { Tier, type Explain } from "./gen/quarry/v1/types_pb.js";
+
+const usage = `usage: quarry_client --kb KB [--addr HOST:PORT] [--explain] [--stream] [--api-key KEY] [--tls] [--timeout SECONDS] QUESTION...
+
+  --kb        knowledge base id, e.g. platform (required)
+  --addr      gateway address (default $QUARRY_ADDR or 127.0.0.1:7700)
+  --explain   print the routing trace
+  --stream    use QueryStream and print answer text as it arrives
+  --api-key   sent as "authorization: Bearer KEY" (default $QUARRY_API_KEY)
+  --tls       connect with TLS (system roots)
+  --timeout   seconds per question (default 10)`;
+
+// What a caller can do about each status the QueryService documents, beyond the
+// server's own message.
+const hints: Partial<Record<Code, string>> = {
+  [Code.InvalidArgument]: "fix the question or the knowledge base id",
+  [Code.NotFound]: "this server does not serve that knowledge base",
+  [Code.Unavailable]: "is Quarry running at {addr}?",
+  [Code.DeadlineExceeded]: "no answer within {timeout}s (--timeout)",
+  [Code.Unauthenticated]: "missing or invalid API key (--api-key or QUARRY_API_KEY)",
+  [Code.PermissionDenied]: "the API key may not query this knowledge base",
+  [Code.ResourceExhausted]: "rate limited or too large; retry later or shorten the question",
+};
+
+interface Options {
+  kb: string;
+  addr: string;
+  explain: boolean;
+  stream: boolean;
+  apiKey: string;
+  tls: boolean;
+  timeoutSeconds: number;
+  questions: string[];
+}
+
+function parse(argv: string[]): Options {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      kb: { type: "string" },
+      addr: { type: "string", default: process.env.QUARRY_ADDR || "127.0.0.1:7700" },
+      explain: { type: "boolean", default: false },
+      stream: { type: "boolean", default: false },
+      "api-key": { type: "string", default: process.env.QUARRY_API_KEY ?? "" },
+      tls: { type: "boolean", default: false },
+      timeout: { type: "string", default: "10" },
+      help: { type: "boolean", short: "h", default: false },
+    },
+  });
+  if (values.help) {
+    console.log(usage);
+    process.exit(0);
+  }
+  const timeoutSeconds = Number(values.timeout);
+  if (!values.kb || positionals.length === 0 || !(timeoutSeconds > 0)) {
+    throw new Error("--kb and at least one QUESTION are required; --timeout must be a positive number");
+  }
+  return {
+    kb: values.kb,
+    addr: values.addr!,
+    explain: values.explain!,
+    stream: values.stream!,
+    apiKey: values["api-key"]!,
+    tls: values.tls!,
+    timeoutSeconds,
+    questions: positionals,
+  };
+}
+
+// The gRPC status name as every other gRPC library prints it: Code.InvalidArgument → INVALID_ARGUMENT.
+function codeName(code: Code): string {
+  return Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toUpperCase();
+}
+
+// The tier's name; stubs older than the server may not know it.
+function tierName(tier: Tier): string {
+  return Tier[tier] ?? `tier ${tier}`;
+}
+
+function millis(d: Duration | undefined): number {
+  return d ? Number(d.seconds) * 1e3 + d.nanos / 1e6 : 0;
+}
+
+function printResponse(resp: QueryResponse, latencyMs: number, answerStreamed: boolean): void {
+  const origin = resp.fromCache ? ` (cached ${tierName(resp.originTier)} answer)` : "";
+  console.log(
+    `tier: ${tierName(resp.tier)}${origin}  latency ${latencyMs.toFixed(2)} ms ` +
+      `(server ${millis(resp.elapsed).toFixed(2)} ms)  kb ${resp.knowledgeBase} generation ${resp.generation}`,
+  );
+  if (resp.degraded) console.log(`degraded: ${resp.degradedReason}`);
+  if (resp.sources.length > 0) {
+    console.log("sources:");
+    for (const s of resp.sources) console.log(`  ${s.relevance.toFixed(3)}  ${s.path}  ${s.title}`);
+  }
+  if (!answerStreamed) {
+    console.log("answer:");
+    console.log(resp.answer.trimEnd());
+  }
+  if (resp.explain) printExplain(resp.explain);
+}
+
+function printExplain(ex: Explain): void {
+  console.log("explain:");
+  for (const st of ex.stages) {
+    console.log(`  stage ${st.name.padEnd(14)} ${millis(st.duration).toFixed(3).padStart(8)} ms  ${st.outcome}`);
+  }
+  const c = ex.cache;
+  if (c) {
+    console.log(`  cache exact=${c.exact || "-"} fuzzy=${c.fuzzy || "-"} stored=${c.stored}`);
+    if (c.fuzzyCandidate) {
+      console.log(`  fuzzy candidate "${c.fuzzyCandidate}" jaccard ${c.fuzzySimilarity.toFixed(2)}: ${c.fuzzyVerification}`);
+    }
+  }
+  const g = ex.gate;
+  if (g) {
+    console.log(
+      `  gate search "${g.searchText}" scope ${g.scope || "-"} results ${g.resultCount} ` +
+        `top R ${g.topRelevance.toFixed(3)} second R ${g.secondRelevance.toFixed(3)}`,
+    );
+    if (g.outOfDomainRule) console.log(`  out of domain: ${g.outOfDomainRule}`);
+    console.log(`  direct: ${g.directDecision}`);
+  }
+  const l = ex.llm;
+  if (l) {
+    console.log(`  llm ${l.model} calls ${l.calls} tokens ${l.promptTokens}+${l.completionTokens} stop ${l.stopReason}`);
+  }
+}
+
+// QueryStream ended cleanly but without the final event the API promises.
+class IncompleteStream extends Error {}
+
+async function ask(client: Client<typeof QueryService>, opts: Options, question: string): Promise<void> {
+  const request = { knowledgeBase: opts.kb, query: question, explain: opts.explain };
+  const callOptions = { timeoutMs: opts.timeoutSeconds * 1000 };
+  const began = performance.now();
+  if (!opts.stream) {
+    const resp = await client.query(request, callOptions);
+    printResponse(resp, performance.now() - began, false);
+    return;
+  }
+  let final: QueryResponse | undefined;
+  let streamed = false;
+  for await (const ev of client.queryStream({ request }, callOptions)) {
+    switch (ev.event.case) {
+      case "delta":
+        if (!streamed) console.log("answer (streamed):");
+        streamed = true;
+        process.stdout.write(ev.event.value);
+        break;
+      case "final":
+        final = ev.event.value;
+        break;
+    }
+  }
+  if (streamed) process.stdout.write("\n");
+  if (!final) throw new IncompleteStream("the stream ended without a final response");
+  printResponse(final, performance.now() - began, streamed);
+}
+
+async function main(): Promise<number> {
+  let opts: Options;
+  try {
+    opts = parse(process.argv.slice(2));
+  } catch (err) {
+    console.error(`${(err as Error).message}\n\n${usage}`);
+    return 2;
+  }
+  const baseUrl = `${opts.tls ? "https" : "http"}://${opts.addr}`;
+  // Our own session manager, so the connection can be closed once the questions are done.
+  const sessionManager = new Http2SessionManager(baseUrl);
+  const interceptors: Interceptor[] = [];
+  if (opts.apiKey) {
+    interceptors.push((next) => async (req) => {
+      req.header.set("authorization", `Bearer ${opts.apiKey}`);
+      return next(req);
+    });
+  }
+  const client = createClient(QueryService, createGrpcTransport({ baseUrl, sessionManager, interceptors }));
+  try {
+    for (const [i, question] of opts.questions.entries()) {
+      if (i > 0) console.log();
+      console.log(`> ${question}`);
+      await ask(client, opts, question);
+    }
+    return 0;
+  } catch (err) {
+    if (err instanceof IncompleteStream) {
+      console.error(`error: ${err.message}`);
+      return 1;
+    }
+    if (!(err instanceof ConnectError)) throw err;
+    const hint = (hints[err.code] ?? "").replace("{addr}", opts.addr).replace("{timeout}", String(opts.timeoutSeconds));
+    console.error(`error: ${codeName(err.code)}: ${err.rawMessage}${hint ? ` (${hint})` : ""}`);
+    return 1;
+  } finally {
+    sessionManager.abort();
+  }
+}
+
+process.exitCode = await main();

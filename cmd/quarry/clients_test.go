@@ -1,0 +1,357 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// The example clients in clients/ prove the promise made to platform teams: a stub
+// generated from proto/ is all it takes to call Quarry. These tests run them as a user
+// would, against a running Quarry over a real socket, and read what they print.
+// `make client-deps` installs what they need; a missing runtime fails the test with the
+// command to run, it never skips it.
+
+const clientsDir = "../../clients"
+
+// exampleClient is one example client, ready to run.
+type exampleClient struct {
+	lang string
+	cmd  []string // the command that runs the client, before its own arguments
+	err  error    // why the client cannot run on this machine
+}
+
+var exampleClients = sync.OnceValue(func() []exampleClient {
+	return []exampleClient{pythonClient(), nodeClient()}
+})
+
+// pythonClient finds an interpreter with the grpcio and protobuf modules: Debian's
+// python3-grpcio installs for /usr/bin/python3, which need not be the python3 on PATH.
+func pythonClient() exampleClient {
+	c := exampleClient{lang: "python"}
+	candidates := []string{os.Getenv("QUARRY_PYTHON"), "python3", "/usr/bin/python3"}
+	for _, py := range candidates {
+		if py == "" {
+			continue
+		}
+		if _, err := exec.LookPath(py); err != nil {
+			continue
+		}
+		if exec.Command(py, "-c", "import grpc, google.protobuf").Run() == nil {
+			c.cmd = []string{py, filepath.Join(clientsDir, "python", "quarry_client.py")}
+			return c
+		}
+	}
+	c.err = errors.New("no python3 with the grpcio and protobuf modules (tried $QUARRY_PYTHON, python3, /usr/bin/python3): run `make client-deps`")
+	return c
+}
+
+// nodeClient compiles the TypeScript client, which also type-checks the generated stubs
+// against the pinned Connect-ES runtime.
+func nodeClient() exampleClient {
+	c := exampleClient{lang: "node"}
+	dir := filepath.Join(clientsDir, "node")
+	node, err := exec.LookPath("node")
+	if err != nil {
+		c.err = errors.New("node not found: the TypeScript client needs Node.js >= 20 and npm (https://nodejs.org), then `make client-deps`")
+		return c
+	}
+	tsc := filepath.Join(dir, "node_modules", "typescript", "bin", "tsc")
+	if _, err := os.Stat(tsc); err != nil {
+		c.err = errors.New("clients/node/node_modules is missing: run `make client-deps` (npm ci in clients/node)")
+		return c
+	}
+	if out, err := exec.Command(node, tsc, "-p", dir).CombinedOutput(); err != nil {
+		c.err = fmt.Errorf("compiling the TypeScript client: %v\n%s", err, out)
+		return c
+	}
+	c.cmd = []string{node, filepath.Join(dir, "dist", "quarry_client.js")}
+	return c
+}
+
+// forEachClient runs f once per example client, as parallel subtests named after the
+// language: the clients spend most of their time starting their runtimes.
+func forEachClient(t *testing.T, f func(t *testing.T, c exampleClient)) {
+	for _, c := range exampleClients() {
+		t.Run(c.lang, func(t *testing.T) {
+			t.Parallel()
+			if c.err != nil {
+				t.Fatal(c.err)
+			}
+			f(t, c)
+		})
+	}
+}
+
+type clientRun struct {
+	stdout, stderr string
+	exit           int
+}
+
+// run runs the client with args; env adds to an environment cleared of the variables
+// the clients read, so the caller's shell cannot change the outcome.
+func (c exampleClient) run(t *testing.T, env []string, args ...string) clientRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.cmd[0], append(c.cmd[1:], args...)...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "QUARRY_API_KEY=") && !strings.HasPrefix(kv, "QUARRY_ADDR=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "PYTHONDONTWRITEBYTECODE=1")
+	cmd.Env = append(cmd.Env, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := clientRun{stdout: stdout.String(), stderr: stderr.String()}
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		r.exit = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("%s client: %v", c.lang, err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("%s client did not finish within 30s; stdout:\n%s\nstderr:\n%s", c.lang, r.stdout, r.stderr)
+	}
+	return r
+}
+
+var tierLine = regexp.MustCompile(`(?m)^tier: (.*?)  latency `)
+
+// tiers returns what the client printed on its tier lines, e.g. "DIRECT" or
+// "EXACT_CACHE (cached DIRECT answer)", in question order.
+func tiers(stdout string) []string {
+	var out []string
+	for _, m := range tierLine.FindAllStringSubmatch(stdout, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+func TestExampleClientsSeeEachTierAndAnExactHitOnTheRepeat(t *testing.T) {
+	questions := []struct {
+		q    string
+		tier *regexp.Regexp
+	}{
+		{"How do I rotate the JWT signing key?", regexp.MustCompile(`^DIRECT$`)},
+		{"  how do i ROTATE the jwt signing key? ", regexp.MustCompile(`^EXACT_CACHE \(cached DIRECT answer\)$`)},
+		{"How do I rotate Kafka consumer credentials?", regexp.MustCompile(`^OUT_OF_DOMAIN$`)},
+		{"What should I check before a production deploy?", regexp.MustCompile(`^(SINGLE_LLM|AGENTIC)$`)},
+	}
+	args := []string{"--kb", "platform", "--explain"}
+	for _, q := range questions {
+		args = append(args, q.q)
+	}
+	forEachClient(t, func(t *testing.T, c exampleClient) {
+		// A system per client: each must see its own first answer and then the cache.
+		sys, gw, _ := startSystem(t, "../../examples/kb")
+		r := c.run(t, nil, append([]string{"--addr", sys.Gateway.String()}, args...)...)
+		if r.exit != 0 {
+			t.Fatalf("exit %d, stderr:\n%s", r.exit, r.stderr)
+		}
+		got := tiers(r.stdout)
+		if len(got) != len(questions) {
+			t.Fatalf("printed %d tier lines %q, want one per question (%d); stdout:\n%s", len(got), got, len(questions), r.stdout)
+		}
+		for i, q := range questions {
+			if !q.tier.MatchString(got[i]) {
+				t.Errorf("question %q: printed tier %q, want %v", q.q, got[i], q.tier)
+			}
+		}
+		for _, want := range []string{
+			"sources:\n  0.", "auth/jwt/", // sources with their relevance
+			"degraded: ",                                     // the LLM route without an LLM
+			"explain:\n  stage ", "cache exact=hit", "gate ", // the trace, including the T0 hit
+		} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("output lacks %q; stdout:\n%s", want, r.stdout)
+			}
+		}
+		// The answer the client printed is the one the server holds, byte for byte.
+		cached := ask(t, quarryv1.NewQueryServiceClient(gw), "platform", questions[0].q, false)
+		if !strings.Contains(r.stdout, "answer:\n"+strings.TrimRight(cached.Answer, "\n")+"\n") {
+			t.Errorf("printed answer differs from the server's; stdout:\n%s", r.stdout)
+		}
+	})
+}
+
+func TestExampleClientsConsumeQueryStream(t *testing.T) {
+	sys, _, _ := startSystem(t, "../../examples/kb")
+	forEachClient(t, func(t *testing.T, c exampleClient) {
+		r := c.run(t, nil, "--addr", sys.Gateway.String(), "--kb", "platform", "--stream", "How do I restore a Postgres backup?")
+		if r.exit != 0 {
+			t.Fatalf("exit %d, stderr:\n%s", r.exit, r.stderr)
+		}
+		if got := tiers(r.stdout); len(got) != 1 || strings.HasPrefix(got[0], "UNSPECIFIED") {
+			t.Errorf("tier lines %q, want one tier from the final event", got)
+		}
+		if !strings.Contains(r.stdout, "data/backups/postgres-restore") || !strings.Contains(r.stdout, "## Summary") {
+			t.Errorf("streamed answer lacks the restore document; stdout:\n%s", r.stdout)
+		}
+	})
+}
+
+func TestExampleClientsReportStatusCodesOnOneLine(t *testing.T) {
+	sys, _, _ := startSystem(t, "../../examples/kb")
+	closed := closedAddr(t)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"empty question", []string{"--addr", sys.Gateway.String(), "--kb", "platform", ""}, "error: INVALID_ARGUMENT: "},
+		{"unknown knowledge base", []string{"--addr", sys.Gateway.String(), "--kb", "nosuchkb", "how do I rotate keys?"}, "error: NOT_FOUND: "},
+		{"nothing listening", []string{"--addr", closed, "--kb", "platform", "how do I rotate keys?"}, "error: UNAVAILABLE: "},
+	}
+	forEachClient(t, func(t *testing.T, c exampleClient) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				r := c.run(t, nil, tt.args...)
+				if r.exit != 1 {
+					t.Errorf("exit %d, want 1", r.exit)
+				}
+				msg := strings.TrimRight(r.stderr, "\n")
+				if !strings.HasPrefix(msg, tt.want) || strings.Contains(msg, "\n") {
+					t.Errorf("stderr %q, want one line starting %q", r.stderr, tt.want)
+				}
+				if len(tiers(r.stdout)) != 0 {
+					t.Errorf("printed an answer for a failed call:\n%s", r.stdout)
+				}
+			})
+		}
+	})
+}
+
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
+}
+
+const (
+	testAPIKey = "qk_test_1234"
+	// truncatedQuestion makes the scripted stream end without its final event.
+	truncatedQuestion = "cut me off"
+)
+
+// scriptedQueryService stands in for a gateway that checks API keys and streams LLM
+// text, neither of which the embedded system does yet.
+type scriptedQueryService struct {
+	quarryv1.UnimplementedQueryServiceServer
+	deltas []string
+}
+
+func (s *scriptedQueryService) authorize(ctx context.Context) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if got := md.Get("authorization"); len(got) != 1 || got[0] != "Bearer "+testAPIKey {
+		return status.Errorf(codes.Unauthenticated, "authorization %q: want a valid bearer API key", got)
+	}
+	return nil
+}
+
+func (s *scriptedQueryService) response(tier quarryv1.Tier) *quarryv1.QueryResponse {
+	return &quarryv1.QueryResponse{
+		Tier: tier, OriginTier: tier, Answer: strings.Join(s.deltas, ""), KnowledgeBase: "platform", Generation: 7,
+		Elapsed: durationpb.New(3 * time.Millisecond),
+		Sources: []*quarryv1.Source{{Path: "auth/jwt/signing-key-rotation.md", Title: "Rotating JWT signing keys", Relevance: 0.9}},
+	}
+}
+
+func (s *scriptedQueryService) Query(ctx context.Context, _ *quarryv1.QueryRequest) (*quarryv1.QueryResponse, error) {
+	if err := s.authorize(ctx); err != nil {
+		return nil, err
+	}
+	return s.response(quarryv1.Tier_TIER_DIRECT), nil
+}
+
+func (s *scriptedQueryService) QueryStream(req *quarryv1.QueryStreamRequest, stream grpc.ServerStreamingServer[quarryv1.QueryStreamResponse]) error {
+	if err := s.authorize(stream.Context()); err != nil {
+		return err
+	}
+	for _, d := range s.deltas {
+		if err := stream.Send(&quarryv1.QueryStreamResponse{Event: &quarryv1.QueryStreamResponse_Delta{Delta: d}}); err != nil {
+			return err
+		}
+	}
+	if req.GetRequest().GetQuery() == truncatedQuestion {
+		return nil
+	}
+	return stream.Send(&quarryv1.QueryStreamResponse{Event: &quarryv1.QueryStreamResponse_Final{Final: s.response(quarryv1.Tier_TIER_SINGLE_LLM)}})
+}
+
+func TestExampleClientsSendTheAPIKeyAndPrintStreamedText(t *testing.T) {
+	svc := &scriptedQueryService{deltas: []string{"Rotate the key ", "in three phases", ": publish, switch, retire."}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	quarryv1.RegisterQueryServiceServer(srv, svc)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	addr := lis.Addr().String()
+	q := "How do I rotate the JWT signing key?"
+
+	forEachClient(t, func(t *testing.T, c exampleClient) {
+		t.Run("flag, streamed", func(t *testing.T) {
+			r := c.run(t, nil, "--addr", addr, "--kb", "platform", "--api-key", testAPIKey, "--stream", q)
+			if r.exit != 0 {
+				t.Fatalf("exit %d, stderr:\n%s", r.exit, r.stderr)
+			}
+			want := "answer (streamed):\n" + strings.Join(svc.deltas, "") + "\ntier: SINGLE_LLM  "
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
+			}
+			if strings.Count(r.stdout, "publish, switch, retire") != 1 {
+				t.Errorf("streamed answer printed again after the stream:\n%s", r.stdout)
+			}
+		})
+		t.Run("environment, unary", func(t *testing.T) {
+			r := c.run(t, []string{"QUARRY_API_KEY=" + testAPIKey}, "--addr", addr, "--kb", "platform", q)
+			if r.exit != 0 {
+				t.Fatalf("exit %d, stderr:\n%s", r.exit, r.stderr)
+			}
+			if got := tiers(r.stdout); len(got) != 1 || got[0] != "DIRECT" {
+				t.Errorf("tier lines %q, want [DIRECT]", got)
+			}
+		})
+		t.Run("stream without a final event", func(t *testing.T) {
+			r := c.run(t, nil, "--addr", addr, "--kb", "platform", "--api-key", testAPIKey, "--stream", truncatedQuestion)
+			if r.exit != 1 || r.stderr != "error: the stream ended without a final response\n" {
+				t.Errorf("exit %d stderr %q, want 1 and the missing final event named", r.exit, r.stderr)
+			}
+		})
+		t.Run("no key", func(t *testing.T) {
+			r := c.run(t, nil, "--addr", addr, "--kb", "platform", q)
+			if r.exit != 1 || !strings.HasPrefix(r.stderr, "error: UNAUTHENTICATED: ") {
+				t.Errorf("exit %d stderr %q, want 1 and UNAUTHENTICATED", r.exit, r.stderr)
+			}
+		})
+	})
+}
