@@ -3,8 +3,6 @@ package tree
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -189,51 +187,46 @@ func (l *loader) readAll() error {
 	return nil
 }
 
-func (l *loader) readBytes(p string) ([]byte, time.Time, error) {
-	return readRegular(l.root, p, l.cfg.MaxFileBytes)
-}
-
-// readRegular opens one file through the root without following a final symbolic link,
-// and checks that what was opened is the regular file the walk saw: a file swapped for a
-// link or a FIFO between listing and opening is refused rather than read.
-func readRegular(root *os.Root, p string, maxBytes int64) ([]byte, time.Time, error) {
-	lfi, err := root.Lstat(p)
+// read opens one file through the root without following a final symbolic link, and
+// checks that what was opened is the regular file the walk saw: a file swapped for a
+// link or a FIFO between listing and opening is skipped rather than read.
+func (l *loader) read(p string) (*Document, []string, error) {
+	lfi, err := l.root.Lstat(p)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("stat: %w", cause(err))
+		return nil, nil, fmt.Errorf("stat: %w", cause(err))
 	}
 	if !lfi.Mode().IsRegular() {
-		return nil, time.Time{}, errors.New("not a regular file")
+		return nil, nil, errors.New("not a regular file")
 	}
 	// O_NONBLOCK keeps a FIFO swapped in after the Lstat from blocking the open.
-	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := l.root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("open: %w", cause(err))
+		return nil, nil, fmt.Errorf("open: %w", cause(err))
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("stat: %w", err)
+		return nil, nil, fmt.Errorf("stat: %w", err)
 	}
 	if !fi.Mode().IsRegular() || !os.SameFile(lfi, fi) {
-		return nil, time.Time{}, errors.New("changed while loading (not the regular file that was listed)")
+		return nil, nil, errors.New("changed while loading (not the regular file that was listed)")
 	}
-	if fi.Size() > maxBytes {
-		return nil, time.Time{}, fmt.Errorf("%d bytes, over the %d-byte limit", fi.Size(), maxBytes)
+	if fi.Size() > l.cfg.MaxFileBytes {
+		return nil, nil, fmt.Errorf("%d bytes, over the %d-byte limit", fi.Size(), l.cfg.MaxFileBytes)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxBytes+1))
+	data, err := io.ReadAll(io.LimitReader(f, l.cfg.MaxFileBytes+1))
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("read: %w", err)
+		return nil, nil, fmt.Errorf("read: %w", err)
 	}
-	if int64(len(data)) > maxBytes {
-		return nil, time.Time{}, fmt.Errorf("over the %d-byte limit", maxBytes)
+	if int64(len(data)) > l.cfg.MaxFileBytes {
+		return nil, nil, fmt.Errorf("over the %d-byte limit", l.cfg.MaxFileBytes)
 	}
-	return data, fi.ModTime(), nil
+	return parseDocument(p, data, fi.ModTime(), l.rootName, l.cfg)
 }
 
 // parseDocument builds a Document from a file's bytes. It returns notes on front matter
 // problems that did not cost the file.
 func parseDocument(p string, data []byte, mtime time.Time, rootName string, cfg Config) (*Document, []string, error) {
-	sum := sha256.Sum256(data)
 	if bytes.IndexByte(data, 0) >= 0 {
 		return nil, nil, errors.New("holds NUL bytes (binary file)")
 	}
@@ -251,7 +244,6 @@ func parseDocument(p string, data []byte, mtime time.Time, rootName string, cfg 
 	}
 	name := path.Base(p)
 	doc := &Document{
-		Hash:       hex.EncodeToString(sum[:]),
 		Path:       p,
 		Title:      fm.title,
 		Content:    strings.ReplaceAll(string(body), "\r\n", "\n"),
