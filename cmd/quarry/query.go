@@ -82,7 +82,7 @@ func summaryLine(resp *quarryv1.QueryResponse, rtt time.Duration) string {
 		fmt.Fprintf(&b, "  (cached %s answer)", tierName(resp.GetOriginTier()))
 	}
 	if resp.GetDegraded() {
-		b.WriteString("  (degraded: no LLM configured)")
+		fmt.Fprintf(&b, "  (degraded: %s)", resp.GetDegradedReason())
 	}
 	return b.String()
 }
@@ -132,6 +132,9 @@ func printExplain(w io.Writer, ex *quarryv1.Explain) {
 		}
 	}
 	if l := ex.GetLlm(); l != nil {
-		fmt.Fprintf(w, "  llm: model=%s calls=%d tokens=%d+%d stop=%s\n", l.GetModel(), l.GetCalls(), l.GetPromptTokens(), l.GetCompletionTokens(), l.GetStopReason())
+		fmt.Fprintf(w, "  llm: model=%s calls=%d iterations=%d tokens=%d+%d stop=%s\n", l.GetModel(), l.GetCalls(), l.GetIterations(), l.GetPromptTokens(), l.GetCompletionTokens(), l.GetStopReason())
+		for _, c := range l.GetToolCalls() {
+			fmt.Fprintf(w, "    tool %s\n", c)
+		}
 	}
 }

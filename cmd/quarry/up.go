@@ -14,8 +14,10 @@ import (
 
 	gatewayapp "github.com/quarry-router/quarry/gateway/app"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/config"
 	"github.com/quarry-router/quarry/platform/grpcx"
 	agentapp "github.com/quarry-router/quarry/services/agent/app"
+	"github.com/quarry-router/quarry/services/agent/llm"
 	searchapp "github.com/quarry-router/quarry/services/search/app"
 	"golang.org/x/sync/errgroup"
 )
@@ -27,7 +29,7 @@ type upConfig struct {
 	Demo                   bool
 	LogLevel               slog.Level
 	// Extra flags passed through to each service.
-	SearchArgs, GatewayArgs []string
+	SearchArgs, GatewayArgs, AgentArgs []string
 	// GatewayOpts change what the gateway builds (benchmarks hand in a filled cache).
 	GatewayOpts []gatewayapp.Option
 }
@@ -54,14 +56,16 @@ func start(ctx context.Context, cfg upConfig, log *slog.Logger) (*system, error)
 		args := append([]string{"-listen", cfg.Search, "-kb-root", cfg.KBRoot}, cfg.SearchArgs...)
 		return wrap("search", searchapp.Run(ctx, args, log.With("service", "search"), send(searchReady)))
 	})
-	g.Go(func() error {
-		return wrap("agent", agentapp.Run(ctx, []string{"-listen", cfg.Agent}, log.With("service", "agent"), send(agentReady)))
-	})
 	sys := &system{done: make(chan error, 1)}
 	var err error
 	if sys.Search, err = await(ctx, g, searchReady); err != nil {
 		return nil, err
 	}
+	// The agent's tools call the search service, whose address is known only now.
+	g.Go(func() error {
+		args := append([]string{"-listen", cfg.Agent, "-search-addr", sys.Search.String()}, cfg.AgentArgs...)
+		return wrap("agent", agentapp.Run(ctx, args, log.With("service", "agent"), send(agentReady)))
+	})
 	if sys.Agent, err = await(ctx, g, agentReady); err != nil {
 		return nil, err
 	}
@@ -105,16 +109,19 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.KBRoot, "kb-root", "examples/kb", "folder whose subfolders are the knowledge bases to serve")
 	fs.BoolVar(&cfg.Demo, "demo", true, "ask one question per tier after start-up and print the answers")
 	fs.TextVar(&cfg.LogLevel, "log-level", slog.LevelWarn, "log level of the services (debug, info, warn, error)")
+	var llmCfg llm.Config
+	llmCfg.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	cfg.AgentArgs = llmArgs(fs)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	began := time.Now()
 	sys, err := start(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "Quarry is up in %v (embedded defaults: in-process cache, Bleve BM25, no LLM)\n", time.Since(began).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "Quarry is up in %v (embedded defaults: in-process cache, Bleve BM25, %s)\n", time.Since(began).Round(time.Millisecond), llmName(llmCfg))
 	fmt.Fprintf(stdout, "  gateway (QueryService)  %s\n  search  (SearchService) %s\n  agent   (AgentService)  %s\n", sys.Gateway, sys.Search, sys.Agent)
 	fmt.Fprintf(stdout, "  try: go run ./cmd/quarry query -addr %s -kb platform -explain \"how do I rotate the JWT signing key?\"\n\n", sys.Gateway)
 	if cfg.Demo {
@@ -130,6 +137,30 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
+// llmArgs passes the LLM flags given to "quarry up" on to the agent. Flags left
+// unset are not passed, so the agent's QUARRY_AGENT_LLM_* environment still applies.
+func llmArgs(fs *flag.FlagSet) []string {
+	var args []string
+	fs.Visit(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Name, "llm-") {
+			args = append(args, "-"+f.Name+"="+f.Value.String())
+		}
+	})
+	return args
+}
+
+// llmName says which LLM the banner reports; the agent reads the environment itself.
+func llmName(c llm.Config) string {
+	base, model := c.BaseURL, c.Model
+	if base == "" {
+		base = os.Getenv(config.EnvName("agent", "llm-base-url"))
+	}
+	if model == "" {
+		model = os.Getenv(config.EnvName("agent", "llm-model"))
+	}
+	return llm.Config{BaseURL: base, Model: model}.Describe()
+}
+
 // demoQuestion is one step of the start-up demo.
 type demoQuestion struct {
 	Why, KB, Query string
@@ -141,7 +172,7 @@ var demoQuestions = []demoQuestion{
 	{"T0: the same question again", "platform", "how do I rotate the JWT signing key?"},
 	{"T1: the same words in another order", "platform", "JWT signing key: how do I rotate it?"},
 	{"out of domain: a tool the knowledge base never mentions", "platform", "How do I rotate Kafka consumer credentials?"},
-	{"T3/T4 route: no single document answers (degraded without an LLM)", "platform", "What should I check before a production deploy?"},
+	{"T3/T4 route: no single document answers (an LLM answers; degraded without one)", "platform", "What should I check before a production deploy?"},
 }
 
 func demo(ctx context.Context, addr string, w io.Writer) error {
@@ -152,7 +183,8 @@ func demo(ctx context.Context, addr string, w io.Writer) error {
 	defer conn.Close()
 	c := quarryv1.NewQueryServiceClient(conn)
 	for _, q := range demoQuestions {
-		qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		// Long enough for a local model to write a T3/T4 answer.
+		qctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 		start := time.Now()
 		resp, err := c.Query(qctx, &quarryv1.QueryRequest{KnowledgeBase: q.KB, Query: q.Query})
 		cancel()

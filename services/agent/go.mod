@@ -8,16 +8,24 @@ replace (
 )
 
 require (
+	github.com/openai/openai-go/v3 v3.96.0
 	github.com/quarry-router/quarry/gen v0.0.0-00010101000000-000000000000
 	github.com/quarry-router/quarry/platform v0.0.0-00010101000000-000000000000
+	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 )
 
 require (
+	github.com/blevesearch/snowballstem v0.9.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/coder/websocket v1.8.15 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4 // indirect
+	github.com/tidwall/gjson v1.20.0 // indirect
+	github.com/tidwall/match v1.1.1 // indirect
+	github.com/tidwall/pretty v1.2.1 // indirect
+	github.com/tidwall/sjson v1.2.5 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.72.0 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect

@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -12,29 +13,87 @@ import (
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/config"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/services/agent/llm"
+	"github.com/quarry-router/quarry/services/agent/loop"
 	"github.com/quarry-router/quarry/services/agent/server"
+	"github.com/quarry-router/quarry/services/agent/tools"
+	"github.com/quarry-router/quarry/services/agent/upstream"
 )
 
+// Config is the agent service's whole configuration.
+type Config struct {
+	// Listen is the host:port the AgentService listens on (port 0 picks a free one).
+	Listen string
+	// SearchAddr is the search service's gRPC target, which serves the tools.
+	SearchAddr string
+
+	LLM   llm.Config
+	Loop  loop.Config
+	Tools tools.Config
+}
+
+// RegisterFlags registers every agent flag with its default.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "listen", "127.0.0.1:7702", "address to serve the AgentService on (host:port)")
+	fs.StringVar(&c.SearchAddr, "search-addr", "127.0.0.1:7701", "gRPC address of the search service (the agent's read-only tools)")
+	c.LLM.RegisterFlags(fs)
+	c.Loop.RegisterFlags(fs)
+	c.Tools.RegisterFlags(fs)
+}
+
+// Validate checks every part of the configuration, naming the flag at fault.
+func (c *Config) Validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("-listen %q: want host:port: %w", c.Listen, err))
+	}
+	if c.LLM.Enabled() && c.SearchAddr == "" {
+		errs = append(errs, errors.New("-search-addr must be set when an LLM is configured"))
+	}
+	return errors.Join(append(errs, c.LLM.Validate(), c.Loop.Validate(), c.Tools.Validate())...)
+}
+
 // Run parses args, serves the agent service until ctx is done, and reports the bound
-// address through ready.
+// address through ready. QUARRY_AGENT_* environment variables override the defaults
+// of flags not given (QUARRY_AGENT_LLM_API_KEY keeps the key off the command line).
 func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Addr)) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:7702", "address to serve the AgentService on (host:port)")
+	var cfg Config
+	cfg.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := config.ApplyEnv(fs, "agent"); err != nil {
 		return err
 	}
-	lis, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", *listen, err)
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
-	// No LLM provider yet: the agent answers FAILED_PRECONDITION and the gateway serves
-	// the extractive fallback, marked degraded.
-	log.Info("agent: no LLM provider configured; T3/T4 answers will be degraded", "addr", lis.Addr().String())
+
+	var answerer server.Answerer
+	if cfg.LLM.Enabled() {
+		conn, err := grpcx.Dial(cfg.SearchAddr)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ts := tools.New(cfg.Tools, upstream.NewSearch(quarryv1.NewSearchServiceClient(conn)))
+		answerer = loop.New(cfg.Loop, llm.New(cfg.LLM), ts, log)
+	}
+
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	if answerer == nil {
+		// The agent answers FAILED_PRECONDITION and the gateway serves the extractive
+		// fallback, marked degraded.
+		log.Info("agent: no LLM provider configured; T3/T4 answers will be degraded", "addr", lis.Addr().String())
+	} else {
+		log.Info("agent serving", "addr", lis.Addr().String(), "llm", cfg.LLM, "search", cfg.SearchAddr)
+	}
 	s := grpcx.NewServer(log)
-	quarryv1.RegisterAgentServiceServer(s.Server, server.New(nil))
+	quarryv1.RegisterAgentServiceServer(s.Server, server.New(answerer))
 	s.SetServing(quarryv1.AgentService_ServiceDesc.ServiceName)
 	if ready != nil {
 		ready(lis.Addr())

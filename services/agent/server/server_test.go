@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,22 +15,28 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-func TestAnswerStatus(t *testing.T) {
+// serve runs an AgentService backed by a on loopback and returns a client.
+func serve(t *testing.T, a Answerer) quarryv1.AgentServiceClient {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := grpcx.NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	quarryv1.RegisterAgentServiceServer(s.Server, New(nil))
+	quarryv1.RegisterAgentServiceServer(s.Server, New(a))
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go s.Serve(ctx, lis)
+	done := make(chan struct{})
+	go func() { _ = s.Serve(ctx, lis); close(done) }()
 	conn, err := grpcx.Dial(lis.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	c := quarryv1.NewAgentServiceClient(conn)
+	t.Cleanup(func() { conn.Close(); cancel(); <-done })
+	return quarryv1.NewAgentServiceClient(conn)
+}
+
+func TestAnswerStatus(t *testing.T) {
+	c := serve(t, nil)
 
 	tests := []struct {
 		name string
@@ -53,4 +60,68 @@ func TestAnswerStatus(t *testing.T) {
 			}
 		})
 	}
+}
+
+// scripted streams two deltas, then answers, or waits for its caller to go.
+type scripted struct{ gone chan error }
+
+func (s scripted) Answer(ctx context.Context, req *quarryv1.AnswerRequest, onDelta func(string) error) (*quarryv1.AgentAnswer, error) {
+	if req.GetQuery() == "wait" {
+		<-ctx.Done()
+		s.gone <- ctx.Err()
+		return nil, ctx.Err()
+	}
+	for _, d := range []string{"Rotate ", "weekly."} {
+		if err := onDelta(d); err != nil {
+			return nil, err
+		}
+	}
+	return &quarryv1.AgentAnswer{Answer: "Rotate weekly.", Llm: &quarryv1.LlmTrace{Calls: 1}}, nil
+}
+
+func TestAnswerStreamsDeltasThenTheFinalAnswer(t *testing.T) {
+	gone := make(chan error, 1)
+	c := serve(t, scripted{gone: gone})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stream, err := c.Answer(ctx, &quarryv1.AnswerRequest{KnowledgeBase: "kb", Query: "q", Tier: quarryv1.Tier_TIER_SINGLE_LLM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	for {
+		msg, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, ok := msg.GetEvent().(*quarryv1.AnswerResponse_Delta); ok {
+			events = append(events, "delta:"+d.Delta)
+		} else {
+			events = append(events, "final:"+msg.GetFinal().GetAnswer())
+		}
+	}
+	if want := []string{"delta:Rotate ", "delta:weekly.", "final:Rotate weekly."}; strings.Join(events, "|") != strings.Join(want, "|") {
+		t.Fatalf("events %q, want %q", events, want)
+	}
+
+	t.Run("a caller that cancels cancels the answer", func(t *testing.T) {
+		cctx, ccancel := context.WithCancel(context.Background())
+		stream, err := c.Answer(cctx, &quarryv1.AnswerRequest{KnowledgeBase: "kb", Query: "wait", Tier: quarryv1.Tier_TIER_AGENTIC})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ccancel()
+		_, _ = stream.Recv()
+		select {
+		case err := <-gone:
+			if err != context.Canceled {
+				t.Errorf("answerer saw %v, want context.Canceled", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the answerer's context was not cancelled")
+		}
+	})
 }

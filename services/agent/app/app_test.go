@@ -1,0 +1,140 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/services/agent/llm/llmtest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// syncBuffer is a log sink the services may write to from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// run starts the agent with args and returns a client, or Run's error.
+func run(t *testing.T, log *slog.Logger, args ...string) (quarryv1.AgentServiceClient, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, append([]string{"-listen", "127.0.0.1:0"}, args...), log, func(a net.Addr) { ready <- a })
+	}()
+	select {
+	case err := <-done:
+		cancel()
+		return nil, err
+	case addr := <-ready:
+		conn, err := grpcx.Dial(addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close(); cancel(); <-done })
+		return quarryv1.NewAgentServiceClient(conn), nil
+	}
+}
+
+func answer(t *testing.T, c quarryv1.AgentServiceClient) (*quarryv1.AgentAnswer, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := c.Answer(ctx, &quarryv1.AnswerRequest{KnowledgeBase: "platform", Query: "How do rate limits work?", Tier: quarryv1.Tier_TIER_SINGLE_LLM,
+		Prefetched: []*quarryv1.Document{{Path: "auth/limits.md", Title: "Limits", Content: "100 requests a minute per key."}}})
+	if err != nil {
+		return nil, err
+	}
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			return nil, err
+		}
+		if f := msg.GetFinal(); f != nil {
+			return f, nil
+		}
+	}
+}
+
+func TestWithoutAnLLMTheAgentSaysSo(t *testing.T) {
+	c, err := run(t, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := answer(t, c); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("err %v, want FAILED_PRECONDITION", err)
+	}
+}
+
+func TestAnLLMConfiguredFromTheEnvironmentAnswers(t *testing.T) {
+	srv := llmtest.New(t, llmtest.Turn{Content: "100 requests a minute per key."})
+	t.Setenv("QUARRY_AGENT_LLM_BASE_URL", srv.BaseURL())
+	t.Setenv("QUARRY_AGENT_LLM_MODEL", "env-model")
+	t.Setenv("QUARRY_AGENT_LLM_API_KEY", "sk-from-env")
+	var logs syncBuffer
+	// No search service: the manifest is left out of the prompt and the answer still comes.
+	c, err := run(t, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), "-search-addr", "127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ans, err := answer(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans.Degraded || !strings.HasPrefix(ans.Answer, "100 requests a minute per key.") || ans.Llm.GetModel() != "env-model" {
+		t.Errorf("answer %q degraded %v trace %v", ans.Answer, ans.Degraded, ans.Llm)
+	}
+	req := srv.Requests()[0]
+	if req.Model != "env-model" || req.Authorization != "Bearer sk-from-env" {
+		t.Errorf("model %q authorization %q", req.Model, req.Authorization)
+	}
+	if strings.Contains(logs.String(), "sk-from-env") {
+		t.Error("the API key reached the log")
+	}
+	if !strings.Contains(logs.String(), "api_key_set=true") {
+		t.Errorf("the start-up log does not describe the LLM:\n%s", logs.String())
+	}
+}
+
+func TestBadSettingsStopTheStartNamingTheFlag(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a base URL needs a model", []string{"-llm-base-url", "http://localhost:11434/v1"}, "-llm-model"},
+		{"the loop needs a deadline", []string{"-loop-deadline", "0s"}, "-loop-deadline"},
+		{"tools need room for a document", []string{"-tool-max-document-chars", "10"}, "-tool-max-document-chars"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := run(t, slog.New(slog.NewTextHandler(io.Discard, nil)), tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err %v, want one naming %s", err, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,316 @@
+// Package llm calls any OpenAI-compatible chat-completions endpoint (OpenAI, Azure
+// OpenAI, vLLM, Ollama, llama.cpp server, ...) through the official openai-go client:
+// streamed answers, tool calls and bounded retries.
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
+	"github.com/quarry-router/quarry/services/agent/loop"
+)
+
+// OpenAI is a loop.Provider for an OpenAI-compatible endpoint.
+type OpenAI struct {
+	cfg    Config
+	client openai.Client
+}
+
+var _ loop.Provider = (*OpenAI)(nil)
+
+// New returns a provider for cfg.BaseURL. opts go to the client after Quarry's own
+// (tests pass an HTTP client).
+func New(cfg Config, opts ...option.RequestOption) *OpenAI {
+	base := []option.RequestOption{
+		option.WithBaseURL(cfg.BaseURL),
+		// Set even when empty, so an OPENAI_API_KEY in the environment is never sent
+		// to a server the configuration did not name.
+		option.WithAPIKey(cfg.APIKey),
+		// The client retries only the opening of a stream and never a timed-out
+		// attempt; Chat retries whole calls itself (see retryable).
+		option.WithMaxRetries(0),
+	}
+	return &OpenAI{cfg: cfg, client: openai.NewClient(append(base, opts...)...)}
+}
+
+// errBrokenStream means a stream ended before the model finished its turn.
+var errBrokenStream = errors.New("stream ended before the turn finished")
+
+// errBadChunk means the server sent a chunk the accumulator could not take.
+var errBadChunk = errors.New("malformed stream chunk")
+
+// deltaError carries the error of the caller's onDelta out of the stream unchanged.
+type deltaError struct{ err error }
+
+func (e deltaError) Error() string { return e.err.Error() }
+func (e deltaError) Unwrap() error { return e.err }
+
+// Chat implements loop.Provider. Each attempt reads the whole turn within
+// Config.Timeout; an attempt that fails with a rate limit, a server error, a timeout
+// or a dropped connection before any text was passed on is retried after a backoff
+// (doubling from RetryBackoff, capped by MaxRetryDelay, Retry-After honoured within the
+// cap), at most MaxRetries times. Failures come back as *loop.ProviderError.
+func (p *OpenAI) Chat(ctx context.Context, req loop.ChatRequest, onDelta func(string) error) (*loop.ChatResponse, error) {
+	params := p.params(req)
+	for attempt := 1; ; attempt++ {
+		resp, emitted, err := p.attempt(ctx, params, onDelta)
+		if err == nil {
+			resp.Attempts = attempt
+			return resp, nil
+		}
+		var de deltaError
+		if errors.As(err, &de) {
+			return nil, de.err
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		retry, what := classify(err, p.cfg)
+		if emitted {
+			return nil, &loop.ProviderError{Summary: "the answer stream broke off after it had started", Err: err}
+		}
+		if !retry || attempt > p.cfg.MaxRetries {
+			return nil, &loop.ProviderError{Summary: fmt.Sprintf("%s after %d %s", what, attempt, plural(attempt, "attempt", "attempts")), Err: err}
+		}
+		delay, ok := p.delay(err, attempt)
+		if !ok {
+			return nil, &loop.ProviderError{Summary: what + "; the server asked to wait longer than -llm-max-retry-delay", Err: err}
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// attempt makes one request for a turn. emitted reports whether any text reached
+// onDelta.
+func (p *OpenAI) attempt(ctx context.Context, params openai.ChatCompletionNewParams, onDelta func(string) error) (resp *loop.ChatResponse, emitted bool, err error) {
+	actx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	if !p.cfg.Stream {
+		return p.whole(ctx, actx, params, onDelta)
+	}
+	stream := p.client.Chat.Completions.NewStreaming(actx, params)
+	defer stream.Close()
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		chunk := stream.Current()
+		if !acc.AddChunk(chunk) {
+			return nil, emitted, errBadChunk
+		}
+		for _, c := range chunk.Choices {
+			if c.Index != 0 {
+				continue
+			}
+			for _, text := range []string{c.Delta.Content, c.Delta.Refusal} {
+				if text == "" {
+					continue
+				}
+				emitted = true
+				if err := onDelta(text); err != nil {
+					return nil, emitted, deltaError{err}
+				}
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		if actx.Err() != nil && ctx.Err() == nil {
+			// The attempt's own timeout, whatever layer noticed it first.
+			return nil, emitted, fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+		}
+		return nil, emitted, err
+	}
+	if len(acc.Choices) == 0 || acc.Choices[0].FinishReason == "" {
+		return nil, emitted, errBrokenStream
+	}
+	return p.turn(&acc.ChatCompletion), emitted, nil
+}
+
+// whole makes an unstreamed request and passes the turn's text on in one piece.
+func (p *OpenAI) whole(ctx, actx context.Context, params openai.ChatCompletionNewParams, onDelta func(string) error) (*loop.ChatResponse, bool, error) {
+	c, err := p.client.Chat.Completions.New(actx, params)
+	if err != nil {
+		if actx.Err() != nil && ctx.Err() == nil {
+			return nil, false, fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+		}
+		return nil, false, err
+	}
+	if len(c.Choices) == 0 || c.Choices[0].FinishReason == "" {
+		return nil, false, errBrokenStream
+	}
+	resp := p.turn(c)
+	if resp.Content == "" {
+		return resp, false, nil
+	}
+	if err := onDelta(resp.Content); err != nil {
+		return nil, true, deltaError{err}
+	}
+	return resp, true, nil
+}
+
+// turn reads the first choice of a completion.
+func (p *OpenAI) turn(c *openai.ChatCompletion) *loop.ChatResponse {
+	choice := c.Choices[0]
+	resp := &loop.ChatResponse{
+		Content:          choice.Message.Content,
+		FinishReason:     choice.FinishReason,
+		Model:            c.Model,
+		PromptTokens:     c.Usage.PromptTokens,
+		CompletionTokens: c.Usage.CompletionTokens,
+	}
+	if resp.Content == "" {
+		resp.Content = choice.Message.Refusal
+	}
+	if resp.Model == "" {
+		resp.Model = p.cfg.Model
+	}
+	for _, tc := range choice.Message.ToolCalls {
+		resp.ToolCalls = append(resp.ToolCalls, loop.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+	}
+	return resp
+}
+
+// params turns a loop request into the wire request.
+func (p *OpenAI) params(req loop.ChatRequest) openai.ChatCompletionNewParams {
+	params := openai.ChatCompletionNewParams{
+		Model:       shared.ChatModel(p.cfg.Model),
+		Temperature: openai.Float(req.Temperature),
+	}
+	if p.cfg.Stream {
+		// Usage comes in a last chunk only when asked for.
+		params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	}
+	if p.cfg.MaxTokensField == "max_completion_tokens" {
+		params.MaxCompletionTokens = openai.Int(int64(req.MaxTokens))
+	} else {
+		params.MaxTokens = openai.Int(int64(req.MaxTokens))
+	}
+	for _, m := range req.Messages {
+		params.Messages = append(params.Messages, message(m))
+	}
+	for _, t := range req.Tools {
+		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
+			Name:        t.Name,
+			Description: openai.String(t.Description),
+			Parameters:  shared.FunctionParameters(t.Parameters),
+		}))
+	}
+	return params
+}
+
+func message(m loop.Message) openai.ChatCompletionMessageParamUnion {
+	switch m.Role {
+	case loop.RoleSystem:
+		return openai.SystemMessage(m.Content)
+	case loop.RoleTool:
+		return openai.ToolMessage(m.Content, m.ToolCallID)
+	case loop.RoleAssistant:
+		a := openai.ChatCompletionAssistantMessageParam{}
+		if m.Content != "" || len(m.ToolCalls) == 0 {
+			a.Content.OfString = openai.String(m.Content)
+		}
+		for _, tc := range m.ToolCalls {
+			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+					ID:       tc.ID,
+					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: tc.Arguments},
+				},
+			})
+		}
+		return openai.ChatCompletionMessageParamUnion{OfAssistant: &a}
+	default:
+		return openai.UserMessage(m.Content)
+	}
+}
+
+// classify says whether a failed attempt is worth another, and names the failure in
+// words safe to show users.
+func classify(err error, cfg Config) (retry bool, what string) {
+	var apiErr *openai.Error
+	var netErr net.Error
+	switch {
+	case errors.As(err, &apiErr):
+		code := apiErr.StatusCode
+		what = fmt.Sprintf("HTTP %d %s", code, http.StatusText(code))
+		switch code {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			what += " (check the API key)"
+		case http.StatusNotFound:
+			what += " (check -llm-base-url and -llm-model)"
+		}
+		return code == http.StatusRequestTimeout || code == http.StatusConflict ||
+			code == http.StatusTooManyRequests || code >= 500, what
+	case errors.Is(err, context.DeadlineExceeded):
+		return true, fmt.Sprintf("no complete answer within -llm-timeout (%s)", cfg.Timeout)
+	case errors.Is(err, errBrokenStream), errors.Is(err, io.ErrUnexpectedEOF):
+		return true, "the answer stream broke off"
+	case errors.As(err, &netErr):
+		return true, "could not connect to the endpoint"
+	case errors.Is(err, errBadChunk):
+		return false, "the LLM sent a malformed stream"
+	default:
+		return false, "the LLM's response could not be read"
+	}
+}
+
+// delay is the wait before retry number attempt (1-based): Retry-After when the server
+// sent one, else the doubling backoff, both within MaxRetryDelay. ok is false when the
+// server asks for more than that.
+func (p *OpenAI) delay(err error, attempt int) (d time.Duration, ok bool) {
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr) && apiErr.Response != nil {
+		if ra, found := retryAfter(apiErr.Response.Header); found {
+			return ra, ra <= p.cfg.MaxRetryDelay
+		}
+	}
+	d = p.cfg.RetryBackoff << (attempt - 1)
+	if d <= 0 || d > p.cfg.MaxRetryDelay {
+		d = p.cfg.MaxRetryDelay
+	}
+	// Up to a quarter less, so that callers who failed together retry apart.
+	if j := int64(d / 4); j > 0 {
+		d -= time.Duration(rand.Int64N(j))
+	}
+	return d, true
+}
+
+// retryAfter reads Retry-After-Ms or Retry-After (seconds, or an HTTP date).
+func retryAfter(h http.Header) (time.Duration, bool) {
+	if v := h.Get("Retry-After-Ms"); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 {
+			return time.Duration(ms * float64(time.Millisecond)), true
+		}
+	}
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0, false
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
+		return time.Duration(s * float64(time.Second)), true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0), true
+	}
+	return 0, false
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

@@ -1,0 +1,305 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quarry-router/quarry/services/agent/llm/llmtest"
+	"github.com/quarry-router/quarry/services/agent/loop"
+)
+
+func testConfig(base string) Config {
+	c := DefaultConfig()
+	c.BaseURL, c.Model, c.APIKey = base, "scripted-model", "sk-test"
+	c.Timeout = 2 * time.Second
+	c.RetryBackoff, c.MaxRetryDelay = time.Millisecond, 50*time.Millisecond
+	return c
+}
+
+func chatRequest() loop.ChatRequest {
+	return loop.ChatRequest{
+		Messages: []loop.Message{
+			{Role: loop.RoleSystem, Content: "be brief"},
+			{Role: loop.RoleUser, Content: "how do I rotate the key?"},
+			{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{ID: "call_1", Name: "read_document", Arguments: `{"path":"a.md"}`}}},
+			{Role: loop.RoleTool, ToolCallID: "call_1", Content: "path: a.md\n\nRotate weekly."},
+		},
+		Tools:       []loop.ToolSpec{{Name: "read_document", Description: "read one", Parameters: map[string]any{"type": "object", "properties": map[string]any{"path": map[string]any{"type": "string"}}}}},
+		MaxTokens:   1024,
+		Temperature: 0.3,
+	}
+}
+
+func collect(t *testing.T) (func(string) error, *[]string) {
+	t.Helper()
+	var deltas []string
+	return func(d string) error { deltas = append(deltas, d); return nil }, &deltas
+}
+
+func TestRequestsUseTheChatCompletionsWireFormat(t *testing.T) {
+	srv := llmtest.New(t, llmtest.Turn{Content: "Rotate it weekly."})
+	onDelta, _ := collect(t)
+	if _, err := New(testConfig(srv.BaseURL())).Chat(context.Background(), chatRequest(), onDelta); err != nil {
+		t.Fatal(err)
+	}
+	if p := srv.Problems(); len(p) > 0 {
+		t.Fatalf("wire-format problems: %v", p)
+	}
+	req := srv.Requests()[0]
+	if req.Model != "scripted-model" || req.MaxTokens == nil || *req.MaxTokens != 1024 || req.MaxCompletionTokens != nil {
+		t.Errorf("model %q max_tokens %v max_completion_tokens %v", req.Model, req.MaxTokens, req.MaxCompletionTokens)
+	}
+	if req.Temperature == nil || *req.Temperature != 0.3 {
+		t.Errorf("temperature %v, want 0.3", req.Temperature)
+	}
+	if !req.Stream || !req.IncludeUsage {
+		t.Errorf("stream %v include_usage %v, want both", req.Stream, req.IncludeUsage)
+	}
+	if got := strings.Join(req.Roles(), ","); got != "system,user,assistant,tool" {
+		t.Errorf("roles %s", got)
+	}
+	if tc := req.Messages[2].ToolCalls; len(tc) != 1 || tc[0].ID != "call_1" || tc[0].Function.Name != "read_document" || tc[0].Function.Arguments != `{"path":"a.md"}` {
+		t.Errorf("assistant tool calls %+v", tc)
+	}
+	if req.Messages[3].ToolCallID != "call_1" || req.Messages[3].Text() != "path: a.md\n\nRotate weekly." {
+		t.Errorf("tool message %+v", req.Messages[3])
+	}
+	if len(req.Tools) != 1 || req.Tools[0].Type != "function" || req.Tools[0].Function.Name != "read_document" || req.Tools[0].Function.Parameters["type"] != "object" {
+		t.Errorf("tools %+v", req.Tools)
+	}
+	if req.Authorization != "Bearer sk-test" {
+		t.Errorf("Authorization %q", req.Authorization)
+	}
+}
+
+func TestMaxCompletionTokensFieldForReasoningModels(t *testing.T) {
+	srv := llmtest.New(t, llmtest.Turn{Content: "ok"})
+	cfg := testConfig(srv.BaseURL())
+	cfg.MaxTokensField = "max_completion_tokens"
+	onDelta, _ := collect(t)
+	if _, err := New(cfg).Chat(context.Background(), chatRequest(), onDelta); err != nil {
+		t.Fatal(err)
+	}
+	req := srv.Requests()[0]
+	if req.MaxTokens != nil || req.MaxCompletionTokens == nil || *req.MaxCompletionTokens != 1024 {
+		t.Errorf("max_tokens %v max_completion_tokens %v", req.MaxTokens, req.MaxCompletionTokens)
+	}
+}
+
+func TestNoKeyMeansNoAuthorizationEvenWithOpenAIKeyInTheEnvironment(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "sk-must-not-leak")
+	srv := llmtest.New(t, llmtest.Turn{Content: "ok"})
+	cfg := testConfig(srv.BaseURL())
+	cfg.APIKey = ""
+	onDelta, _ := collect(t)
+	if _, err := New(cfg).Chat(context.Background(), chatRequest(), onDelta); err != nil {
+		t.Fatal(err)
+	}
+	if a := srv.Requests()[0].Authorization; a != "" {
+		t.Errorf("Authorization %q sent without a configured key", a)
+	}
+}
+
+func TestStreamedTurnsAreAccumulated(t *testing.T) {
+	srv := llmtest.New(t,
+		llmtest.Turn{Content: "Rotate the key every 90 days.", Chunks: 4, PromptTokens: 120, CompletionTokens: 9, Model: "served-model"},
+		llmtest.Turn{ToolCalls: []llmtest.Call{{ID: "c1", Name: "search", Arguments: `{"query":"key rotation"}`}, {Name: "read_document", Arguments: `{"path":"auth/x.md"}`}}},
+	)
+	p := New(testConfig(srv.BaseURL()))
+	onDelta, deltas := collect(t)
+	resp, err := p.Chat(context.Background(), chatRequest(), onDelta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(*deltas) != 4 || strings.Join(*deltas, "") != resp.Content || resp.Content != "Rotate the key every 90 days." {
+		t.Errorf("deltas %q, content %q", *deltas, resp.Content)
+	}
+	if resp.FinishReason != "stop" || resp.Model != "served-model" || resp.PromptTokens != 120 || resp.CompletionTokens != 9 || resp.Attempts != 1 {
+		t.Errorf("response %+v", resp)
+	}
+
+	onDelta, deltas = collect(t)
+	resp, err = p.Chat(context.Background(), chatRequest(), onDelta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []loop.ToolCall{{ID: "c1", Name: "search", Arguments: `{"query":"key rotation"}`}, {ID: "call_1", Name: "read_document", Arguments: `{"path":"auth/x.md"}`}}
+	if len(resp.ToolCalls) != 2 || resp.ToolCalls[0] != want[0] || resp.ToolCalls[1] != want[1] || resp.FinishReason != "tool_calls" || len(*deltas) != 0 {
+		t.Errorf("tool calls %+v finish %q deltas %q", resp.ToolCalls, resp.FinishReason, *deltas)
+	}
+}
+
+func TestFailuresAreRetriedWithinBounds(t *testing.T) {
+	hang := llmtest.Turn{Hang: true}
+	tests := []struct {
+		name        string
+		turns       []llmtest.Turn
+		timeout     time.Duration
+		wantErr     string // "" for success
+		wantAttempt int    // requests the server saw
+	}{
+		{"429 then success is retried", []llmtest.Turn{{Status: 429, RetryAfter: "0"}, {Content: "ok"}}, 0, "", 2},
+		{"503 twice then success is retried", []llmtest.Turn{{Status: 503}, {Status: 503}, {Content: "ok"}}, 0, "", 3},
+		{"a timeout is retried", []llmtest.Turn{hang, {Content: "ok"}}, 100 * time.Millisecond, "", 2},
+		{"a stream that breaks before any text is retried", []llmtest.Turn{{ToolCalls: []llmtest.Call{{Name: "search", Arguments: `{"query":"x"}`}}, BreakAfter: 2}, {Content: "ok"}}, 0, "", 2},
+		{"a proxy's HTML 502 is retried", []llmtest.Turn{{Status: 502, Body: "<html>bad gateway</html>"}, {Content: "ok"}}, 0, "", 2},
+		{"retries stop after -llm-max-retries", []llmtest.Turn{{Status: 500}, {Status: 500}, {Status: 500}, {Content: "never"}}, 0, "HTTP 500 Internal Server Error after 3 attempts", 3},
+		{"timeouts stop after -llm-max-retries", []llmtest.Turn{hang, hang, hang}, 50 * time.Millisecond, "no complete answer within -llm-timeout (50ms) after 3 attempts", 3},
+		{"a client error is not retried", []llmtest.Turn{{Status: 400}, {Content: "never"}}, 0, "HTTP 400 Bad Request after 1 attempt", 1},
+		{"a bad key is not retried and says so", []llmtest.Turn{{Status: 401}}, 0, "HTTP 401 Unauthorized (check the API key)", 1},
+		{"a Retry-After beyond the cap is not waited for", []llmtest.Turn{{Status: 429, RetryAfter: "120"}, {Content: "never"}}, 0, "longer than -llm-max-retry-delay", 1},
+		{"a stream that breaks after text is not retried", []llmtest.Turn{{Content: "Rotate the key", Chunks: 3, BreakAfter: 2}, {Content: "never"}}, 0, "broke off after it had started", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := llmtest.New(t, tt.turns...)
+			cfg := testConfig(srv.BaseURL())
+			if tt.timeout > 0 {
+				cfg.Timeout = tt.timeout
+			}
+			onDelta, _ := collect(t)
+			resp, err := New(cfg).Chat(context.Background(), chatRequest(), onDelta)
+			if got := len(srv.Requests()); got != tt.wantAttempt {
+				t.Errorf("server saw %d requests, want %d", got, tt.wantAttempt)
+			}
+			if tt.wantErr == "" {
+				if err != nil || resp.Content != "ok" || resp.Attempts != tt.wantAttempt {
+					t.Fatalf("Chat = %+v, %v; want ok after %d attempts", resp, err, tt.wantAttempt)
+				}
+				return
+			}
+			var pe *loop.ProviderError
+			if !errors.As(err, &pe) || !errors.Is(err, loop.ErrProvider) || !strings.Contains(pe.Summary, tt.wantErr) {
+				t.Fatalf("Chat error %v, want a ProviderError saying %q", err, tt.wantErr)
+			}
+			if strings.Contains(pe.Summary, srv.URL) {
+				t.Errorf("summary %q shows the endpoint's address to users", pe.Summary)
+			}
+		})
+	}
+}
+
+func TestCancellingTheCallerStopsTheRequest(t *testing.T) {
+	srv := llmtest.New(t, llmtest.Turn{Hang: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		onDelta := func(string) error { return nil }
+		_, err := New(testConfig(srv.BaseURL())).Chat(ctx, chatRequest(), onDelta)
+		done <- err
+	}()
+	select {
+	case <-srv.Received():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request never reached the server")
+	}
+	cancel()
+	select {
+	case req := <-srv.Canceled():
+		if req != srv.Requests()[0] {
+			t.Error("another request was cancelled")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server never saw the request cancelled")
+	}
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Chat after cancel: %v, want context.Canceled", err)
+	}
+	if n := len(srv.Requests()); n != 1 {
+		t.Errorf("%d requests after cancel, want no retry", n)
+	}
+}
+
+func TestADeltaErrorStopsTheCallUnchanged(t *testing.T) {
+	srv := llmtest.New(t, llmtest.Turn{Content: "abcdef", Chunks: 3}, llmtest.Turn{Content: "never"})
+	stop := errors.New("client gone")
+	_, err := New(testConfig(srv.BaseURL())).Chat(context.Background(), chatRequest(), func(string) error { return stop })
+	if !errors.Is(err, stop) || errors.Is(err, loop.ErrProvider) {
+		t.Fatalf("err %v, want the delta error itself", err)
+	}
+	if n := len(srv.Requests()); n != 1 {
+		t.Errorf("%d requests, want no retry", n)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := DefaultConfig()
+	if err := ok.Validate(); err != nil {
+		t.Errorf("defaults (no provider) rejected: %v", err)
+	}
+	tests := []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"a base URL needs a model", func(c *Config) { c.BaseURL = "http://localhost:11434/v1" }, "-llm-model"},
+		{"a base URL needs a scheme and host", func(c *Config) { c.BaseURL, c.Model = "localhost:11434", "m" }, "-llm-base-url"},
+		{"the token field is one of two", func(c *Config) { c.MaxTokensField = "tokens" }, "-llm-max-tokens-field"},
+		{"retries are bounded", func(c *Config) { c.MaxRetries = 100 }, "-llm-max-retries"},
+		{"the timeout is positive", func(c *Config) { c.Timeout = 0 }, "-llm-timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tt.edit(&c)
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err %v, want one naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestTheAPIKeyIsNeverLogged(t *testing.T) {
+	c := DefaultConfig()
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	if err := fs.Parse([]string{"-llm-base-url", "https://user:pass@llm.example/v1", "-llm-model", "m", "-llm-api-key", "sk-secret"}); err != nil {
+		t.Fatal(err)
+	}
+	logged := c.LogValue().String()
+	for _, secret := range []string{"sk-secret", "pass"} {
+		if strings.Contains(logged, secret) {
+			t.Errorf("log value %s holds %q", logged, secret)
+		}
+	}
+	if d := c.Describe(); d != "LLM m at https://REDACTED@llm.example/v1" {
+		t.Errorf("Describe() = %q", d)
+	}
+	if !strings.Contains(logged, "api_key_set=true") {
+		t.Errorf("log value %s does not say a key is set", logged)
+	}
+}
+
+func TestUnstreamedCallsForServersThatCannotStreamToolCalls(t *testing.T) {
+	srv := llmtest.New(t,
+		llmtest.Turn{Status: 503},
+		llmtest.Turn{ToolCalls: []llmtest.Call{{ID: "c1", Name: "search", Arguments: `{"query":"x"}`}}, PromptTokens: 50, CompletionTokens: 4},
+		llmtest.Turn{Content: "Rotate weekly."},
+	)
+	cfg := testConfig(srv.BaseURL())
+	cfg.Stream = false
+	p := New(cfg)
+	onDelta, deltas := collect(t)
+	resp, err := p.Chat(context.Background(), chatRequest(), onDelta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.ToolCalls) != 1 || resp.ToolCalls[0].Name != "search" || resp.PromptTokens != 50 || resp.Attempts != 2 || len(*deltas) != 0 {
+		t.Errorf("response %+v deltas %q", resp, *deltas)
+	}
+	if resp, err = p.Chat(context.Background(), chatRequest(), onDelta); err != nil || resp.Content != "Rotate weekly." || strings.Join(*deltas, "|") != "Rotate weekly." {
+		t.Fatalf("response %+v, %v, deltas %q", resp, err, *deltas)
+	}
+	for _, req := range srv.Requests() {
+		if req.Stream || req.IncludeUsage {
+			t.Errorf("stream %v include_usage %v, want neither", req.Stream, req.IncludeUsage)
+		}
+	}
+	if p := srv.Problems(); len(p) > 0 {
+		t.Errorf("wire-format problems: %v", p)
+	}
+}

@@ -1,0 +1,416 @@
+// Package loop answers the questions the gates route to an LLM: T3, one call with the
+// pre-fetched documents in its prompt, and T4, an agentic loop over read-only tools.
+// Both stream the answer as it is written and fall back to an extractive answer, marked
+// degraded, when the LLM fails.
+package loop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/services/agent/tools"
+)
+
+// Why a loop stopped, as LlmTrace.stop_reason reports it.
+const (
+	StopAnswered      = "answered"
+	StopLoopDetected  = "loop_detected"
+	StopMaxIterations = "max_iterations"
+	StopDeadline      = "deadline"
+	// StopLLMError means the LLM failed and the answer is the extractive fallback.
+	StopLLMError = "llm_error"
+)
+
+// ErrTier means a request named a tier the agent does not serve.
+var ErrTier = errors.New("tier must be SINGLE_LLM or AGENTIC")
+
+// errDeadline cancels a call that had not started to answer when the loop's deadline
+// passed.
+var errDeadline = errors.New("loop deadline passed")
+
+// maxTraceCall bounds one "name(args)" entry of the trace.
+const maxTraceCall = 200
+
+// Agent answers T3 and T4 questions.
+type Agent struct {
+	cfg       Config
+	llm       Provider
+	tools     *tools.Set
+	log       *slog.Logger
+	manifests manifests
+}
+
+// New returns an Agent that asks p and lets it use ts.
+func New(cfg Config, p Provider, ts *tools.Set, log *slog.Logger) *Agent {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Agent{cfg: cfg, llm: p, tools: ts, log: log}
+}
+
+// tierSpec is what differs between T3 and T4.
+type tierSpec struct {
+	tier        quarryv1.Tier
+	maxTokens   int
+	temperature float64
+	tools       []string
+	// maxSteps bounds the calls that may use tools; the next call must answer.
+	maxSteps int
+}
+
+func (a *Agent) spec(t quarryv1.Tier) (tierSpec, error) {
+	switch t {
+	case quarryv1.Tier_TIER_SINGLE_LLM:
+		return tierSpec{tier: t, maxTokens: a.cfg.T3MaxTokens, temperature: a.cfg.T3Temperature,
+			tools: []string{tools.ReadDocument}, maxSteps: a.cfg.T3MaxToolSteps}, nil
+	case quarryv1.Tier_TIER_AGENTIC:
+		return tierSpec{tier: t, maxTokens: a.cfg.T4MaxTokens, temperature: a.cfg.T4Temperature,
+			tools: tools.All, maxSteps: a.cfg.T4MaxIterations}, nil
+	default:
+		return tierSpec{}, fmt.Errorf("%w, got %s", ErrTier, t)
+	}
+}
+
+// Answer answers req, passing the answer text to onDelta as it is written. The
+// concatenated deltas always equal the final answer, degraded answers included. It
+// returns an error only when req is not for an LLM tier, when ctx ends (the caller has
+// gone: every LLM call is cancelled with it) or when onDelta fails; an LLM that fails
+// gives a degraded answer, not an error.
+func (a *Agent) Answer(ctx context.Context, req *quarryv1.AnswerRequest, onDelta func(string) error) (*quarryv1.AgentAnswer, error) {
+	spec, err := a.spec(req.GetTier())
+	if err != nil {
+		return nil, err
+	}
+	r := &run{a: a, spec: spec, req: req, onDelta: onDelta, trace: &quarryv1.LlmTrace{}, seen: map[string]int{}}
+	if spec.tier == quarryv1.Tier_TIER_SINGLE_LLM {
+		for _, d := range req.GetPrefetched() {
+			r.gather(d)
+		}
+	}
+	began := time.Now()
+	r.msgs = a.prompt(ctx, spec, req)
+	if err := r.loop(ctx); err != nil {
+		return nil, err
+	}
+	ans := r.result()
+	if a.log.Enabled(ctx, slog.LevelDebug) {
+		a.log.DebugContext(ctx, "answered", "kb", req.GetKnowledgeBase(), "tier", spec.tier.String(), "calls", r.trace.GetCalls(),
+			"tool_calls", len(r.trace.GetToolCalls()), "stop", r.trace.GetStopReason(), "degraded", r.degraded, "elapsed", time.Since(began))
+	}
+	return ans, nil
+}
+
+// run is the state of one answer.
+type run struct {
+	a       *Agent
+	spec    tierSpec
+	req     *quarryv1.AnswerRequest
+	onDelta func(string) error
+	msgs    []Message
+	trace   *quarryv1.LlmTrace
+	seen    map[string]int // tool calls asked for, by name and canonical arguments
+
+	text    strings.Builder // everything sent through onDelta: the answer
+	docs    []*quarryv1.Document
+	sources []*quarryv1.Source
+
+	degraded bool
+	reason   string
+}
+
+// loop runs the calls until the model answers or the loop has to stop.
+func (r *run) loop(ctx context.Context) error {
+	deadline := time.Now().Add(r.a.cfg.Deadline)
+	tctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	for step := 1; ; step++ {
+		if step > r.spec.maxSteps && step > 1 {
+			return r.conclude(ctx, StopMaxIterations)
+		}
+		offered := r.spec.tools
+		if step > r.spec.maxSteps {
+			offered = nil // T3 with no tool steps: the first call answers
+		}
+		if r.spec.tier == quarryv1.Tier_TIER_AGENTIC {
+			r.trace.Iterations = int32(step)
+		}
+		resp, err := r.call(ctx, deadline, offered)
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, errDeadline):
+			return r.conclude(ctx, StopDeadline)
+		case err != nil:
+			return r.fail(ctx, err)
+		}
+		if len(resp.ToolCalls) == 0 || len(offered) == 0 {
+			return r.finish(ctx, resp, StopAnswered)
+		}
+		if r.spec.tier == quarryv1.Tier_TIER_SINGLE_LLM {
+			r.trace.Iterations = int32(step)
+		}
+		stop, err := r.useTools(ctx, tctx, resp, offered)
+		if err != nil {
+			return err
+		}
+		if stop != "" {
+			return r.conclude(ctx, stop)
+		}
+	}
+}
+
+// useTools runs the calls of one assistant turn and adds the turn and every call's
+// result to the chat. Each call gets a tool message, even when it is not run (the
+// chat-completions format requires one per call). It returns why the loop must stop,
+// if it must.
+func (r *run) useTools(ctx, tctx context.Context, resp *ChatResponse, offered []string) (string, error) {
+	calls := make([]ToolCall, len(resp.ToolCalls))
+	for i, tc := range resp.ToolCalls {
+		if tc.ID == "" {
+			tc.ID = fmt.Sprintf("call_%d_%d", len(r.msgs), i)
+		}
+		calls[i] = tc
+	}
+	asked := make([]ToolCall, len(calls))
+	copy(asked, calls)
+	for i := range asked {
+		// Echo arguments back as valid JSON: servers that re-parse the history (vLLM,
+		// Ollama) reject a chat holding the garbage a model once wrote.
+		if !validJSONObject(asked[i].Arguments) {
+			asked[i].Arguments = "{}"
+		}
+	}
+	r.msgs = append(r.msgs, Message{Role: RoleAssistant, Content: resp.Content, ToolCalls: asked})
+
+	stop := ""
+	for _, tc := range calls {
+		canon := tools.Canonical(tc.Arguments)
+		r.trace.ToolCalls = append(r.trace.ToolCalls, tools.Cut(tc.Name+"("+canon+")", maxTraceCall))
+		var out string
+		switch {
+		case stop != "":
+			out = "error: not run: the loop stopped (" + stop + ")"
+		case r.repeat(tc.Name + "\x00" + canon):
+			stop = StopLoopDetected
+			out = "error: not run: this exact call was already made; its result is above. Stop calling tools and answer."
+		case tctx.Err() != nil:
+			stop = StopDeadline
+			out = "error: not run: the deadline for gathering information has passed"
+		default:
+			res := r.a.tools.Call(tctx, r.req.GetKnowledgeBase(), tc.Name, tc.Arguments, offered)
+			if ctx.Err() != nil {
+				return "", ctx.Err()
+			}
+			if res.Err != nil {
+				if tctx.Err() != nil {
+					stop = StopDeadline
+				}
+				r.a.log.DebugContext(ctx, "tool call failed", "tool", tc.Name, "err", res.Err)
+			}
+			if res.Doc != nil {
+				r.gather(res.Doc)
+			}
+			out = res.Text
+		}
+		r.msgs = append(r.msgs, Message{Role: RoleTool, ToolCallID: tc.ID, Content: out})
+	}
+	return stop, nil
+}
+
+// repeat counts a call and reports whether it has now been asked for RepeatLimit times.
+func (r *run) repeat(key string) bool {
+	r.seen[key]++
+	return r.seen[key] >= r.a.cfg.RepeatLimit
+}
+
+// call makes one LLM call with the offered tools. Until the model starts writing its
+// answer, the loop's deadline cancels the call (errDeadline); once text is flowing the
+// call may finish, bounded by the provider's own timeout.
+func (r *run) call(ctx context.Context, deadline time.Time, offered []string) (*ChatResponse, error) {
+	remaining := time.Until(deadline)
+	if remaining <= 0 {
+		return nil, errDeadline
+	}
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		mu               sync.Mutex
+		started, expired bool
+	)
+	timer := time.AfterFunc(remaining, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !started {
+			expired = true
+			cancel(errDeadline)
+		}
+	})
+	defer timer.Stop()
+	first := true
+	resp, err := r.chat(cctx, offered, func(d string) error {
+		mu.Lock()
+		if expired {
+			mu.Unlock()
+			return errDeadline
+		}
+		started = true
+		mu.Unlock()
+		return r.emitTurn(d, &first)
+	})
+	mu.Lock()
+	timedOut := expired
+	mu.Unlock()
+	if err != nil && timedOut && ctx.Err() == nil {
+		return nil, errDeadline
+	}
+	return resp, err
+}
+
+// chat sends the conversation so far and records the call in the trace.
+func (r *run) chat(ctx context.Context, offered []string, onDelta func(string) error) (*ChatResponse, error) {
+	req := ChatRequest{Messages: r.msgs, MaxTokens: r.spec.maxTokens, Temperature: r.spec.temperature}
+	for _, s := range r.a.tools.Specs(offered...) {
+		req.Tools = append(req.Tools, ToolSpec(s))
+	}
+	r.trace.Calls++
+	resp, err := r.a.llm.Chat(ctx, req, onDelta)
+	if resp != nil {
+		r.trace.PromptTokens += resp.PromptTokens
+		r.trace.CompletionTokens += resp.CompletionTokens
+		if resp.Model != "" {
+			r.trace.Model = resp.Model
+		}
+	}
+	return resp, err
+}
+
+// conclude stops the loop and has the model answer, without tools, from what the
+// chat holds; if that fails, the answer is the extractive fallback.
+func (r *run) conclude(ctx context.Context, why string) error {
+	r.a.log.DebugContext(ctx, "agent loop stopped", "kb", r.req.GetKnowledgeBase(), "reason", why, "calls", r.trace.GetCalls())
+	r.msgs = append(r.msgs, Message{Role: RoleUser, Content: concludePrompt(why)})
+	cctx, cancel := context.WithTimeout(ctx, r.a.cfg.ConcludeTimeout)
+	defer cancel()
+	first := true
+	resp, err := r.chat(cctx, nil, func(d string) error { return r.emitTurn(d, &first) })
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		return r.fail(ctx, err)
+	}
+	return r.finish(ctx, resp, why)
+}
+
+// finish completes an answer the model wrote.
+func (r *run) finish(ctx context.Context, resp *ChatResponse, why string) error {
+	if strings.TrimSpace(resp.Content) == "" {
+		return r.fail(ctx, errors.New("the model returned no answer"))
+	}
+	r.trace.StopReason = why
+	if resp.FinishReason == "length" {
+		if err := r.emit("\n\n_(The answer reached the token limit and is cut off here.)_"); err != nil {
+			return err
+		}
+	}
+	if len(r.docs) > 0 {
+		paths := make([]string, len(r.docs))
+		for i, d := range r.docs {
+			paths[i] = "`" + d.GetPath() + "`"
+		}
+		if err := r.emit("\n\n---\nSources: " + strings.Join(paths, ", ") + "\n"); err != nil {
+			return err
+		}
+	}
+	for _, d := range r.docs {
+		r.sources = append(r.sources, r.source(d))
+	}
+	return nil
+}
+
+// fail answers with the extractive fallback after the LLM failed.
+func (r *run) fail(ctx context.Context, cause error) error {
+	reason := "the LLM failed: " + summary(cause)
+	r.a.log.WarnContext(ctx, "LLM did not answer; serving an extractive answer", "kb", r.req.GetKnowledgeBase(),
+		"tier", r.spec.tier.String(), "calls", r.trace.GetCalls(), "err", cause)
+	r.degraded, r.reason = true, reason
+	r.trace.StopReason = StopLLMError
+	answer, sources := extractive(r.req.GetQuery(), reason, r.docs, r.req.GetSources())
+	r.sources = sources
+	sep := ""
+	if r.text.Len() > 0 {
+		sep = "\n\n"
+	}
+	return r.emit(sep + answer)
+}
+
+// summary is the user-facing part of a failure.
+func summary(err error) string {
+	var pe *ProviderError
+	switch {
+	case errors.As(err, &pe):
+		return pe.Summary
+	case errors.Is(err, context.DeadlineExceeded):
+		return "no answer in time"
+	case errors.Is(err, ErrProvider):
+		return "the provider did not answer"
+	default:
+		return err.Error()
+	}
+}
+
+// emitTurn passes on the text of one model turn, separating it from the text of an
+// earlier turn.
+func (r *run) emitTurn(d string, first *bool) error {
+	if d == "" {
+		return nil
+	}
+	if *first && r.text.Len() > 0 {
+		d = "\n\n" + d
+	}
+	*first = false
+	return r.emit(d)
+}
+
+func (r *run) emit(d string) error {
+	r.text.WriteString(d)
+	return r.onDelta(d)
+}
+
+// gather records a document the model has read, once.
+func (r *run) gather(d *quarryv1.Document) {
+	for _, have := range r.docs {
+		if have.GetPath() == d.GetPath() {
+			return
+		}
+	}
+	r.docs = append(r.docs, d)
+}
+
+// source describes a document the answer was built from, with the search's scores
+// when the search found it.
+func (r *run) source(d *quarryv1.Document) *quarryv1.Source {
+	for _, s := range r.req.GetSources() {
+		if s.GetPath() == d.GetPath() {
+			return s
+		}
+	}
+	return &quarryv1.Source{Path: d.GetPath(), Title: d.GetTitle(), Archived: d.GetArchived(),
+		Importance: d.GetImportance(), Maturity: d.GetMaturity()}
+}
+
+func (r *run) result() *quarryv1.AgentAnswer {
+	return &quarryv1.AgentAnswer{
+		Answer:         r.text.String(),
+		Sources:        r.sources,
+		Degraded:       r.degraded,
+		DegradedReason: r.reason,
+		Llm:            r.trace,
+	}
+}
