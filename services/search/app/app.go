@@ -103,6 +103,8 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		return err
 	}
 
+	// Knowledge bases first created by a sync get a folder beside the others.
+	cfg.Load.Write.NewRoot = cfg.KBRoot
 	reg := kb.NewRegistry(cfg.Load, log)
 	defer reg.Close()
 	for _, id := range sortedKeys(kbs) {
@@ -110,7 +112,21 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 			return err
 		}
 	}
-	go reg.RunSignals(ctx, cfg.Load.Signals.FlushInterval)
+	signalsCtx, stopSignals := context.WithCancel(ctx)
+	signalsDone := make(chan struct{})
+	go func() { defer close(signalsDone); reg.RunSignals(signalsCtx, cfg.Load.Signals.FlushInterval) }()
+	// The last flush (and, with -data-dir, save) happens before the registry closes.
+	defer func() { stopSignals(); <-signalsDone }()
+	if cfg.Load.Write.Watch {
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		waitWatch, err := reg.WatchFolders(watchCtx)
+		if err != nil {
+			stopWatch()
+			return fmt.Errorf("watch knowledge base folders: %w", err)
+		}
+		// The watcher writes through the registry: it must be gone before Close.
+		defer func() { stopWatch(); waitWatch() }()
+	}
 	if cfg.MetricsAddr != "" {
 		go func() {
 			if err := telemetry.ServeMetrics(ctx, cfg.MetricsAddr); err != nil {
@@ -125,7 +141,9 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	}
 	s := grpcx.NewServer(log)
 	quarryv1.RegisterSearchServiceServer(s.Server, server.New(reg, resolve.New(cfg.Resolve, reg, time.Now), log))
+	quarryv1.RegisterKnowledgeServiceServer(s.Server, server.NewKnowledge(reg, log))
 	s.SetServing(quarryv1.SearchService_ServiceDesc.ServiceName)
+	s.SetServing(quarryv1.KnowledgeService_ServiceDesc.ServiceName)
 	log.Info("search serving", "addr", lis.Addr().String(), "knowledge_bases", len(kbs))
 	if ready != nil {
 		ready(lis.Addr())

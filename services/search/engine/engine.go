@@ -52,6 +52,40 @@ type Backend interface {
 	Close() error
 }
 
+// Change replaces, adds or removes one document.
+type Change struct {
+	// Old is the indexed document being replaced or removed; nil for a new document.
+	Old *Doc
+	// New is the document to index; nil removes Old.
+	New *Doc
+}
+
+// Writer is a Backend whose documents can be changed in place, so a write to a knowledge
+// base costs the changed documents rather than a rebuild.
+type Writer interface {
+	Backend
+	// Apply makes the changes. It returns once they are searchable; an error means the
+	// backend may hold some of them (the caller undoes them by applying the inverse).
+	Apply(ctx context.Context, changes []Change) error
+}
+
+// MultiSearcher is a Backend that runs several searches in one round trip (the entity
+// search of the query path).
+type MultiSearcher interface {
+	Backend
+	// SearchMany runs qs and returns their hits in the same order.
+	SearchMany(ctx context.Context, qs []Query) ([][]Hit, error)
+}
+
+// Inverse returns the changes that undo cs.
+func Inverse(cs []Change) []Change {
+	out := make([]Change, len(cs))
+	for i, c := range cs {
+		out[len(cs)-1-i] = Change{Old: c.New, New: c.Old}
+	}
+	return out
+}
+
 // PathText returns the words of a document path that describe its topic, for engines and
 // rankers to index beside the title: folder and file names without the markdown extension,
 // minus the "_archived" folder and the "_index.md" name, which every stub or summary shares.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/quarry-router/quarry/services/search/engine"
 	"github.com/quarry-router/quarry/services/search/engine/bleve"
+	"github.com/quarry-router/quarry/services/search/engine/meili"
 	"github.com/quarry-router/quarry/services/search/manifest"
 	"github.com/quarry-router/quarry/services/search/rank"
 	"github.com/quarry-router/quarry/services/search/signals"
@@ -39,29 +40,52 @@ var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 // ValidID reports whether id is a well-formed knowledge base id.
 func ValidID(id string) bool { return idPattern.MatchString(id) }
 
+// Search engines a knowledge base can be indexed with (Config.Engine).
+const (
+	EngineBleve       = "bleve"
+	EngineMeilisearch = "meilisearch"
+)
+
 // Config configures how knowledge bases are loaded.
 type Config struct {
-	Tree     tree.Config
-	Engine   bleve.Config
+	Tree tree.Config
+	// Engine is the search backend: EngineBleve (embedded, the default) or
+	// EngineMeilisearch.
+	Engine   string
+	Bleve    bleve.Config
+	Meili    meili.Config
 	Signals  signals.Config
 	Manifest manifest.Config
 	// DataDir holds persistent search indexes, one folder per knowledge base; "" keeps
 	// them in memory.
 	DataDir string
+	// Write configures the write side (KnowledgeService).
+	Write WriteConfig
 }
 
 // RegisterFlags registers the loading flags with their defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Tree.RegisterFlags(fs)
-	c.Engine.RegisterFlags(fs)
+	fs.StringVar(&c.Engine, "engine", EngineBleve, "search engine: bleve (embedded) or meilisearch (-meili-*)")
+	c.Bleve.RegisterFlags(fs)
+	c.Meili.RegisterFlags(fs)
 	c.Signals.RegisterFlags(fs)
 	c.Manifest.RegisterFlags(fs)
+	c.Write.RegisterFlags(fs)
 	fs.StringVar(&c.DataDir, "data-dir", "", "folder for persistent search indexes (empty: in memory, rebuilt at start)")
 }
 
 // Validate rejects unusable settings.
 func (c *Config) Validate() error {
-	return errors.Join(c.Tree.Validate(), c.Engine.Validate(), c.Signals.Validate(), c.Manifest.Validate())
+	errs := []error{c.Tree.Validate(), c.Bleve.Validate(), c.Signals.Validate(), c.Manifest.Validate(), c.Write.Validate()}
+	switch c.Engine {
+	case EngineBleve, "":
+	case EngineMeilisearch:
+		errs = append(errs, c.Meili.Validate())
+	default:
+		errs = append(errs, fmt.Errorf("-engine must be %s or %s, got %q", EngineBleve, EngineMeilisearch, c.Engine))
+	}
+	return errors.Join(errs...)
 }
 
 // KB is one immutable snapshot of a knowledge base; a reload builds a new one.
@@ -77,6 +101,9 @@ type KB struct {
 	files      int
 	// dir is where Engine persists ("" in memory); snapshots of the same tree share it.
 	dir string
+	// ref counts the snapshots sharing Engine: a write's snapshot shares its
+	// predecessor's, changed in place.
+	ref *openIndex
 }
 
 // Manifest returns the manifest of this generation, building it on first use.
@@ -116,11 +143,20 @@ type Registry struct {
 	mu   sync.RWMutex
 	kbs  map[string]*KB
 	subs map[chan []State]struct{}
+
+	// watcher, when WatchFolders runs, watches the folder of every knowledge base
+	// loaded. Guarded by loadMu.
+	watcher *folderWatcher
 }
 
 type openIndex struct {
 	engine engine.Backend
 	refs   int
+	// dir is where the engine persists ("" in memory or on a server).
+	dir string
+	// dirty marks a persisted index changed in place by a write: it no longer holds the
+	// tree its directory is named after, so no Load may reuse it.
+	dirty bool
 }
 
 // NewRegistry returns an empty registry.
@@ -151,6 +187,11 @@ func (r *Registry) Load(ctx context.Context, id, dir string) (*KB, error) {
 	}
 	r.loadMu.Lock()
 	defer r.loadMu.Unlock()
+	return r.loadLocked(ctx, id, dir)
+}
+
+// loadLocked is Load; the caller holds loadMu.
+func (r *Registry) loadLocked(ctx context.Context, id, dir string) (*KB, error) {
 	start := time.Now()
 	t, err := tree.Load(ctx, dir, r.cfg.Tree, r.log.With("kb", id))
 	if err != nil {
@@ -160,8 +201,8 @@ func (r *Registry) Load(ctx context.Context, id, dir string) (*KB, error) {
 	for _, d := range t.Docs {
 		docs = append(docs, engine.Doc{Path: d.Path, Title: d.Title, Content: d.Content, Folder: d.Folder(), Archived: d.Archived, Summary: d.Summary})
 	}
-	ecfg := r.cfg.Engine
-	if r.cfg.DataDir != "" {
+	ecfg := r.cfg.Bleve
+	if r.cfg.DataDir != "" && r.cfg.Engine != EngineMeilisearch {
 		// One directory per tree content: a changed tree is indexed beside the index the
 		// previous snapshot is still serving from, never over it.
 		ecfg.Fingerprint = fingerprint(t)
@@ -173,20 +214,26 @@ func (r *Registry) Load(ctx context.Context, id, dir string) (*KB, error) {
 	go func() { corpusc <- rank.NewCorpus(t.Docs) }()
 	corpus := func() *rank.Corpus { c := <-corpusc; corpusc <- c; return c }
 	defer corpus() // never leave the goroutine behind, whatever path returns
-	var idx engine.Backend
+	if o := r.open[ecfg.Dir]; ecfg.Dir != "" && o != nil && o.dirty {
+		// The index there was changed in place by writes and is still open for the
+		// snapshots using it: build beside it.
+		ecfg.Dir += fmt.Sprintf(".%d", time.Now().UnixNano())
+	}
+	var ref *openIndex
 	if o := r.open[ecfg.Dir]; ecfg.Dir != "" && o != nil {
 		o.refs++
-		idx = o.engine
+		ref = o
 	} else {
-		b, err := bleve.Build(ctx, docs, ecfg)
+		b, err := r.build(ctx, id, docs, ecfg)
 		if err != nil {
 			return nil, fmt.Errorf("index %s: %w", id, err)
 		}
-		idx = b
+		ref = &openIndex{engine: b, refs: 1, dir: ecfg.Dir}
 		if ecfg.Dir != "" {
-			r.open[ecfg.Dir] = &openIndex{engine: idx, refs: 1}
+			r.open[ecfg.Dir] = ref
 		}
 	}
+	idx := ref.engine
 	sig := signals.New(r.cfg.Signals, time.Now)
 	for _, d := range t.Docs {
 		sig.Seed(d.Path, d.Importance, d.Maturity, d.Updated)
@@ -200,6 +247,7 @@ func (r *Registry) Load(ctx context.Context, id, dir string) (*KB, error) {
 		manifests: &manifest.Cache{},
 		cfg:       r.cfg.Manifest,
 		dir:       ecfg.Dir,
+		ref:       ref,
 	}
 	for _, d := range t.Docs {
 		if !d.Summary && !d.Archived {
@@ -211,17 +259,18 @@ func (r *Registry) Load(ctx context.Context, id, dir string) (*KB, error) {
 	prev := r.kbs[id]
 	if prev != nil {
 		// Learned importance and maturity outlive a reload; only new files start fresh.
+		prev.Signals.Flush()
 		sig.Restore(prev.Signals.Snapshot())
+	} else {
+		r.restoreSignals(id, sig)
 	}
-	// Generations must grow across restarts too, or a shared cache could serve answers
-	// computed from an older tree: start from the clock, never below the last one.
-	k.Generation = uint64(time.Now().UnixMilli())
-	if prev != nil && prev.Generation >= k.Generation {
-		k.Generation = prev.Generation + 1
-	}
+	k.Generation = nextGeneration(prev)
 	r.kbs[id] = k
 	r.notifyLocked([]State{k.state()})
 	r.mu.Unlock()
+	if r.watcher != nil && (prev == nil || prev.Tree.Root != t.Root) {
+		r.watcher.add(id, t.Root, r)
+	}
 
 	if prev != nil {
 		// Queries that started on the old snapshot may still be searching it; every
@@ -241,25 +290,6 @@ func (r *Registry) Load(ctx context.Context, id, dir string) (*KB, error) {
 	r.log.Info("knowledge base loaded", "kb", id, "generation", k.Generation, "documents", t.Len(),
 		"skipped", len(t.Skipped), "took", time.Since(start).Round(time.Millisecond))
 	return k, nil
-}
-
-// RunSignals flushes every knowledge base's runtime signals in the background until
-// ctx is done.
-func (r *Registry) RunSignals(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			r.mu.RLock()
-			for _, k := range r.kbs {
-				k.Signals.Flush()
-			}
-			r.mu.RUnlock()
-		}
-	}
 }
 
 // Close releases every index, including those of replaced snapshots.
@@ -291,27 +321,49 @@ func (r *Registry) Close() {
 // uses it any more, and deleting its directory unless it holds the current snapshot's
 // tree, which the next start reuses. The caller holds loadMu.
 func (r *Registry) releaseLocked(k *KB) {
-	if k.dir == "" {
-		k.Engine.Close()
-		return
-	}
-	o := r.open[k.dir]
-	if o == nil {
+	o := k.ref
+	if o == nil || o.refs <= 0 {
 		return
 	}
 	if o.refs--; o.refs > 0 {
 		return
 	}
-	delete(r.open, k.dir)
-	o.engine.Close()
+	if err := o.engine.Close(); err != nil {
+		r.log.Warn("close index", "kb", k.ID, "err", err)
+	}
+	if o.dir == "" {
+		return
+	}
+	if r.open[o.dir] == o {
+		delete(r.open, o.dir)
+	}
 	r.mu.RLock()
 	cur := r.kbs[k.ID]
 	r.mu.RUnlock()
-	if cur == nil || cur.dir != k.dir {
-		if err := os.RemoveAll(k.dir); err != nil {
-			r.log.Warn("remove stale index", "kb", k.ID, "dir", k.dir, "err", err)
+	if cur == nil || cur.ref != o || o.dirty {
+		if err := os.RemoveAll(o.dir); err != nil {
+			r.log.Warn("remove stale index", "kb", k.ID, "dir", o.dir, "err", err)
 		}
 	}
+}
+
+// build creates the configured engine for a knowledge base.
+func (r *Registry) build(ctx context.Context, id string, docs []engine.Doc, bcfg bleve.Config) (engine.Backend, error) {
+	if r.cfg.Engine == EngineMeilisearch {
+		return meili.Open(ctx, r.cfg.Meili, id, docs)
+	}
+	return bleve.Build(ctx, docs, bcfg)
+}
+
+// nextGeneration returns the generation after prev's. Generations must grow across
+// restarts too, or a shared cache could serve answers computed from an older tree: they
+// start from the clock, never below the last one.
+func nextGeneration(prev *KB) uint64 {
+	g := uint64(time.Now().UnixMilli())
+	if prev != nil && prev.Generation >= g {
+		g = prev.Generation + 1
+	}
+	return g
 }
 
 // removeStaleLocked deletes the persisted indexes of a knowledge base that no snapshot

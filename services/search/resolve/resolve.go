@@ -292,17 +292,28 @@ func (r *Resolver) search(ctx context.Context, k *kb.KB, pq query) ([]rank.Candi
 // search found nothing). Coverage then tells the document matching every word from the
 // ones an entity search found for one word.
 func (r *Resolver) entitySearch(ctx context.Context, k *kb.KB, scope string, ents []string, mainTop float64) ([]rank.Candidate, error) {
-	out := make([][]engine.Hit, len(ents))
-	errs := make([]error, len(ents))
-	var wg sync.WaitGroup
+	qs := make([]engine.Query, len(ents))
 	for i, e := range ents {
-		wg.Go(func() {
-			out[i], errs[i] = k.Engine.Search(ctx, engine.Query{Terms: []string{e}, Scope: scope, AllTerms: true, Limit: r.cfg.SearchLimit})
-		})
+		qs[i] = engine.Query{Terms: []string{e}, Scope: scope, AllTerms: true, Limit: r.cfg.SearchLimit}
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("entity search %s: %w", k.ID, err)
+	var out [][]engine.Hit
+	if ms, ok := k.Engine.(engine.MultiSearcher); ok && len(qs) > 1 {
+		// One round trip to a remote engine instead of one per term.
+		var err error
+		if out, err = ms.SearchMany(ctx, qs); err != nil {
+			return nil, fmt.Errorf("entity search %s: %w", k.ID, err)
+		}
+	} else {
+		out = make([][]engine.Hit, len(qs))
+		errs := make([]error, len(qs))
+		var wg sync.WaitGroup
+		for i, q := range qs {
+			wg.Go(func() { out[i], errs[i] = k.Engine.Search(ctx, q) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return nil, fmt.Errorf("entity search %s: %w", k.ID, err)
+		}
 	}
 	var cands []rank.Candidate
 	for _, hits := range out {

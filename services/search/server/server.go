@@ -155,18 +155,34 @@ func checkQuery(q string) error {
 
 // toStatus is the one place where domain errors become gRPC status codes. Causes that
 // are not the caller's business are logged, not returned.
-func (s *Server) toStatus(ctx context.Context, err error) error {
+func (s *Server) toStatus(ctx context.Context, err error) error { return toStatus(ctx, s.log, err) }
+
+func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 	switch {
-	case errors.Is(err, kb.ErrInvalidID), errors.Is(err, tree.ErrOutsideTree), errors.Is(err, tree.ErrInvalidPath):
+	case errors.Is(err, kb.ErrInvalidID), errors.Is(err, tree.ErrOutsideTree), errors.Is(err, tree.ErrInvalidPath),
+		errors.Is(err, tree.ErrNotKnowledgeFile), errors.Is(err, tree.ErrSymlink), errors.Is(err, tree.ErrRejected),
+		errors.Is(err, kb.ErrDuplicatePath):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, kb.ErrUnknownKB), errors.Is(err, tree.ErrNotFound):
+	case errors.Is(err, kb.ErrUnknownKB), errors.Is(err, tree.ErrNotFound), errors.Is(err, kb.ErrNotArchived):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, kb.ErrExists):
+		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, tree.ErrReadOnly):
+		// The cause names folders of the server.
+		log.ErrorContext(ctx, "knowledge base folder not writable", "err", err)
+		return status.Error(codes.FailedPrecondition, "the knowledge base's folder cannot be written (read-only or no permission)")
+	case errors.Is(err, kb.ErrNotArchivable), errors.Is(err, kb.ErrSyncSource), errors.Is(err, tree.ErrTooManyFiles):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, kb.ErrEngine):
+		// The engine's own message (a failed Meilisearch task) is what an operator needs.
+		log.ErrorContext(ctx, "index write failed", "err", err)
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "search deadline exceeded")
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, "canceled")
 	default:
-		s.log.ErrorContext(ctx, "search failed", "err", err)
+		log.ErrorContext(ctx, "search failed", "err", err)
 		return status.Error(codes.Internal, "search failed")
 	}
 }

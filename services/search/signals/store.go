@@ -73,7 +73,13 @@ type Store struct {
 	flushMu sync.Mutex
 	// onFlush, when set (tests), is called after each Flush.
 	onFlush func()
+	// changes counts the writes that changed learned state (see Changes).
+	changes atomic.Uint64
 }
+
+// Changes counts the flushes, restores and forgets that changed what Snapshot returns,
+// so a caller persisting snapshots can skip unchanged ones.
+func (s *Store) Changes() uint64 { return s.changes.Load() }
 
 // shard holds hit counts since the last flush. spare is the map the previous flush
 // drained, kept for reuse so the steady state allocates nothing; only Flush touches it.
@@ -225,6 +231,7 @@ func (s *Store) Flush() {
 	s.curMu.Unlock()
 
 	if len(hits) > 0 || len(curations) > 0 {
+		s.changes.Add(1)
 		paths := make([]string, 0, len(hits)+len(curations))
 		for p := range hits {
 			paths = append(paths, p)
@@ -292,6 +299,7 @@ func (s *Store) Snapshot() []Record {
 func (s *Store) Restore(records []Record) {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
+	s.changes.Add(1)
 	for _, r := range records {
 		p, ok := s.load(r.Path)
 		if !ok {

@@ -49,6 +49,9 @@ type Document struct {
 	Summary bool
 	// Extra holds front-matter keys Quarry does not interpret, as decoded from YAML.
 	Extra map[string]any
+	// Hash is the hex SHA-256 of the file's bytes as read ("" for documents built in
+	// memory): a write of the same bytes is no change.
+	Hash string
 }
 
 // Folder returns the folder that holds the document ("" for the root).

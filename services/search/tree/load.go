@@ -3,6 +3,8 @@ package tree
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -80,6 +82,8 @@ type loader struct {
 	pending  []string // markdown files listed by the walk, read by readAll
 	docs     []*Document
 	skipped  []Skip
+	// raw lists archived originals too, for ReadFiles, which reads files unparsed.
+	raw bool
 }
 
 func (l *loader) skip(p, reason string) {
@@ -131,7 +135,7 @@ func (l *loader) visit(p string, d fs.DirEntry, err error) error {
 	if l.files > l.cfg.MaxFiles {
 		return fmt.Errorf("%w: more than %d markdown files", ErrTooManyFiles, l.cfg.MaxFiles)
 	}
-	if path.Base(path.Dir(p)) == archiveDir && !strings.HasSuffix(name, stubSuffix) {
+	if IsArchivedOriginal(p) && !l.raw {
 		// Archiving replaces a file by its ghost cue; an original left beside the stub
 		// would bring archived knowledge back into search at full weight.
 		l.skip(p, "archived original: only "+stubSuffix+" ghost cues are loaded from "+archiveDir)
@@ -187,46 +191,125 @@ func (l *loader) readAll() error {
 	return nil
 }
 
-// read opens one file through the root without following a final symbolic link, and
-// checks that what was opened is the regular file the walk saw: a file swapped for a
-// link or a FIFO between listing and opening is skipped rather than read.
+// read reads and parses one listed file.
 func (l *loader) read(p string) (*Document, []string, error) {
-	lfi, err := l.root.Lstat(p)
+	data, mtime, err := readRegular(l.root, p, l.cfg.MaxFileBytes)
 	if err != nil {
-		return nil, nil, fmt.Errorf("stat: %w", cause(err))
+		return nil, nil, err
+	}
+	return parseDocument(p, data, mtime, l.rootName, l.cfg)
+}
+
+// File is one markdown file as ReadFiles read it, before parsing.
+type File struct {
+	// Path is relative to the root, forward slashes.
+	Path string
+	Data []byte
+	// ModTime is the file's modification time.
+	ModTime time.Time
+	// Original marks the full text of an archived file (<folder>/_archived/<name>.md),
+	// which Load does not index.
+	Original bool
+}
+
+// ReadFiles reads the markdown files under root with Load's rules (no symbolic link
+// followed, hidden entries ignored, size, depth and count limits) without parsing them,
+// for copying a tree into a knowledge base. Archived originals are returned too, marked.
+// Files Load would skip before parsing are returned as Skips with the reason.
+func ReadFiles(ctx context.Context, root string, cfg Config) ([]File, []Skip, error) {
+	if cfg == (Config{}) {
+		cfg = DefaultConfig()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", root, err)
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", root, err)
+	}
+	defer r.Close()
+	l := &loader{ctx: ctx, root: r, rootName: rootName(root), cfg: cfg, log: slog.New(slog.DiscardHandler), raw: true}
+	if err := fs.WalkDir(r.FS(), ".", l.visit); err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", root, err)
+	}
+	// Read on every core, as Load does; results in walk order.
+	read := make([]File, len(l.pending))
+	errs := make([]error, len(l.pending))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range max(1, min(runtime.GOMAXPROCS(0), len(l.pending))) {
+		wg.Go(func() {
+			for i := range next {
+				p := l.pending[i]
+				data, mtime, err := readRegular(r, p, cfg.MaxFileBytes)
+				read[i], errs[i] = File{Path: p, Data: data, ModTime: mtime, Original: IsArchivedOriginal(p)}, err
+			}
+		})
+	}
+	var cerr error
+	for i := range l.pending {
+		if cerr = ctx.Err(); cerr != nil {
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if cerr != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", root, cerr)
+	}
+	files := make([]File, 0, len(l.pending))
+	for i, f := range read {
+		if errs[i] != nil {
+			l.skip(f.Path, errs[i].Error())
+			continue
+		}
+		files = append(files, f)
+	}
+	return files, l.skipped, nil
+}
+
+// readRegular opens one file through the root without following a final symbolic link,
+// and checks that what was opened is the regular file the walk saw: a file swapped for a
+// link or a FIFO between listing and opening is refused rather than read.
+func readRegular(root *os.Root, p string, maxBytes int64) ([]byte, time.Time, error) {
+	lfi, err := root.Lstat(p)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("stat: %w", cause(err))
 	}
 	if !lfi.Mode().IsRegular() {
-		return nil, nil, errors.New("not a regular file")
+		return nil, time.Time{}, errors.New("not a regular file")
 	}
 	// O_NONBLOCK keeps a FIFO swapped in after the Lstat from blocking the open.
-	f, err := l.root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open: %w", cause(err))
+		return nil, time.Time{}, fmt.Errorf("open: %w", cause(err))
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, nil, fmt.Errorf("stat: %w", err)
+		return nil, time.Time{}, fmt.Errorf("stat: %w", err)
 	}
 	if !fi.Mode().IsRegular() || !os.SameFile(lfi, fi) {
-		return nil, nil, errors.New("changed while loading (not the regular file that was listed)")
+		return nil, time.Time{}, errors.New("changed while loading (not the regular file that was listed)")
 	}
-	if fi.Size() > l.cfg.MaxFileBytes {
-		return nil, nil, fmt.Errorf("%d bytes, over the %d-byte limit", fi.Size(), l.cfg.MaxFileBytes)
+	if fi.Size() > maxBytes {
+		return nil, time.Time{}, fmt.Errorf("%d bytes, over the %d-byte limit", fi.Size(), maxBytes)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, l.cfg.MaxFileBytes+1))
+	data, err := io.ReadAll(io.LimitReader(f, maxBytes+1))
 	if err != nil {
-		return nil, nil, fmt.Errorf("read: %w", err)
+		return nil, time.Time{}, fmt.Errorf("read: %w", err)
 	}
-	if int64(len(data)) > l.cfg.MaxFileBytes {
-		return nil, nil, fmt.Errorf("over the %d-byte limit", l.cfg.MaxFileBytes)
+	if int64(len(data)) > maxBytes {
+		return nil, time.Time{}, fmt.Errorf("over the %d-byte limit", maxBytes)
 	}
-	return parseDocument(p, data, fi.ModTime(), l.rootName, l.cfg)
+	return data, fi.ModTime(), nil
 }
 
 // parseDocument builds a Document from a file's bytes. It returns notes on front matter
 // problems that did not cost the file.
 func parseDocument(p string, data []byte, mtime time.Time, rootName string, cfg Config) (*Document, []string, error) {
+	sum := sha256.Sum256(data)
 	if bytes.IndexByte(data, 0) >= 0 {
 		return nil, nil, errors.New("holds NUL bytes (binary file)")
 	}
@@ -244,6 +327,7 @@ func parseDocument(p string, data []byte, mtime time.Time, rootName string, cfg 
 	}
 	name := path.Base(p)
 	doc := &Document{
+		Hash:       hex.EncodeToString(sum[:]),
 		Path:       p,
 		Title:      fm.title,
 		Content:    strings.ReplaceAll(string(body), "\r\n", "\n"),

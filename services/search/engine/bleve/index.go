@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	blevesearch "github.com/blevesearch/bleve/v2"
@@ -63,6 +64,10 @@ type Index struct {
 	reused bool
 	// bm25 carries the true average field lengths into every search; see bm25Stats.
 	bm25 *search.BM25Stats
+	// mu guards n and bm25, which Apply replaces while searches run.
+	mu sync.RWMutex
+	// writeMu serialises Apply.
+	writeMu sync.Mutex
 }
 
 var _ engine.Backend = (*Index)(nil)
@@ -199,7 +204,9 @@ func (ix *Index) load(ctx context.Context, docs []engine.Doc) error {
 		if err := ix.idx.Batch(batch); err != nil {
 			return fmt.Errorf("bleve batch: %w", err)
 		}
-		batch.Reset()
+		// A new batch, not Reset: scorch's analysis goroutine may still be ranging over
+		// the old one's map after Batch returns (a data race under -race).
+		batch = ix.idx.NewBatch()
 		return nil
 	}
 	for _, d := range docs {
@@ -351,7 +358,11 @@ func newMapping() (*mapping.IndexMappingImpl, error) {
 }
 
 // Len returns the number of indexed documents.
-func (ix *Index) Len() int { return ix.n }
+func (ix *Index) Len() int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.n
+}
 
 // Reused reports whether Build reopened a persisted index instead of indexing.
 func (ix *Index) Reused() bool { return ix.reused }
@@ -383,8 +394,11 @@ func (ix *Index) Search(ctx context.Context, q engine.Query) ([]engine.Hit, erro
 		limit = ix.cfg.DefaultLimit
 	}
 	req := blevesearch.NewSearchRequestOptions(bq, limit, 0, false)
-	if ix.bm25 != nil {
-		req.PreSearchData = map[string]any{search.BM25PreSearchDataKey: ix.bm25}
+	ix.mu.RLock()
+	bm25 := ix.bm25
+	ix.mu.RUnlock()
+	if bm25 != nil {
+		req.PreSearchData = map[string]any{search.BM25PreSearchDataKey: bm25}
 	}
 	res, err := ix.idx.SearchInContext(ctx, req)
 	if err != nil {

@@ -1,0 +1,712 @@
+// Package meili is the production engine.Backend: one Meilisearch index per knowledge
+// base, set up so that it finds what the embedded Bleve engine finds.
+//
+// Meilisearch does not stem English, so Quarry analyses text itself before it reaches the
+// index: documents and queries are sent as the Snowball stems of their words, stop words
+// removed, with the same word rules as the embedded engine and the ranking corpus. A query
+// word the index contains is sent as a one-word phrase ("rotat"), which Meilisearch
+// matches exactly; a word it lacks (a misspelling, a partial word) is sent bare and gets
+// typo and prefix matching, as in the embedded engine.
+//
+// All-terms searches use matchingStrategy "all". Meilisearch has no any-term search
+// ("last" drops words from the end, so a document holding only the last word is never
+// found), so an any-term search is one multi-search request: the whole query with "last"
+// plus each word on its own; a document scores the better of its "last" score and the
+// idf-weighted mean of its per-word scores, so matching more words, and rarer ones, ranks
+// higher, as in BM25. Scores are
+// Meilisearch's _rankingScore, already in [0,1]; the ranker uses them as the engine score.
+package meili
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/meilisearch/meilisearch-go"
+
+	"github.com/quarry-router/quarry/platform/text"
+	"github.com/quarry-router/quarry/services/search/engine"
+)
+
+// ErrTaskFailed means Meilisearch did not apply a write: its task failed or was canceled.
+var ErrTaskFailed = errors.New("meilisearch task failed")
+
+// schemaVersion is part of every document's hash: bump it when the analysis or the
+// document shape changes, so the next start re-sends every document.
+const schemaVersion = "quarry-meili-1"
+
+// Field names of the documents.
+const (
+	fieldID       = "id"
+	fieldPath     = "path"
+	fieldTitle    = "title"
+	fieldPathText = "path_text"
+	fieldContent  = "content"
+	fieldFolders  = "folders"
+	fieldDomain   = "domain"
+	fieldArchived = "archived"
+	fieldSummary  = "summary"
+	fieldHash     = "hash"
+	rankingScore  = "_rankingScore"
+)
+
+// document is one knowledge file as the index holds it: analysed text, filters, and the
+// hash a start-up compares to skip unchanged documents.
+type document struct {
+	ID       string   `json:"id"`
+	Path     string   `json:"path"`
+	Title    string   `json:"title"`
+	PathText string   `json:"path_text"`
+	Content  string   `json:"content"`
+	Folders  []string `json:"folders"`
+	Domain   string   `json:"domain"`
+	Archived bool     `json:"archived"`
+	Summary  bool     `json:"summary"`
+	Hash     string   `json:"hash"`
+}
+
+// Index is an engine.Backend over one Meilisearch index.
+type Index struct {
+	client meilisearch.ServiceManager
+	index  meilisearch.IndexManager
+	uid    string
+	cfg    Config
+
+	// writeMu serialises Apply.
+	writeMu sync.Mutex
+	// mu guards n and vocab, which Apply changes while searches read them.
+	mu sync.RWMutex
+	n  int
+	// vocab counts, per stem, the documents whose title or content holds it: the words
+	// the index "knows", which are searched exactly.
+	vocab map[string]int
+}
+
+var (
+	_ engine.Writer        = (*Index)(nil)
+	_ engine.MultiSearcher = (*Index)(nil)
+)
+
+// Open connects to the index of a knowledge base, creating it and applying its settings
+// if needed (only settings that differ are sent, so a restart changes nothing), and makes
+// its documents equal docs: documents whose hash differs are sent, documents not in docs
+// are deleted. It returns once Meilisearch has applied every change.
+func Open(ctx context.Context, cfg Config, kbID string, docs []engine.Doc) (*Index, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("meilisearch config: %w", err)
+	}
+	client := meilisearch.New(cfg.URL, meilisearch.WithAPIKey(cfg.Key))
+	ix := &Index{client: client, uid: cfg.IndexUID(kbID), cfg: cfg, vocab: map[string]int{}}
+	ix.index = client.Index(ix.uid)
+	if err := ix.open(ctx, docs); err != nil {
+		client.Close()
+		return nil, err
+	}
+	return ix, nil
+}
+
+func (ix *Index) open(ctx context.Context, docs []engine.Doc) error {
+	if err := ix.ensureIndex(ctx); err != nil {
+		return err
+	}
+	if err := ix.ensureSettings(ctx); err != nil {
+		return err
+	}
+	have, err := ix.storedHashes(ctx)
+	if err != nil {
+		return err
+	}
+	memo := map[string]string{}
+	want := make(map[string]bool, len(docs))
+	var send []document
+	for _, d := range docs {
+		if d.Path == "" {
+			return errors.New("meilisearch index: document without a path")
+		}
+		doc, stems := analyse(d, memo)
+		if want[doc.ID] {
+			continue
+		}
+		want[doc.ID] = true
+		for _, s := range stems {
+			ix.vocab[s]++
+		}
+		if have[doc.ID] != doc.Hash {
+			send = append(send, doc)
+		}
+	}
+	var drop []string
+	for id := range have {
+		if !want[id] {
+			drop = append(drop, id)
+		}
+	}
+	sort.Strings(drop)
+	if err := ix.write(ctx, send, drop); err != nil {
+		return err
+	}
+	ix.n = len(want)
+	return nil
+}
+
+// ensureIndex creates the index unless it exists.
+func (ix *Index) ensureIndex(ctx context.Context) error {
+	_, err := ix.client.GetIndexWithContext(ctx, ix.uid)
+	if err == nil {
+		return nil
+	}
+	if apiCode(err) != "index_not_found" {
+		return fmt.Errorf("meilisearch index %s: %w", ix.uid, err)
+	}
+	info, err := ix.client.CreateIndexWithContext(ctx, &meilisearch.IndexConfig{Uid: ix.uid, PrimaryKey: fieldID})
+	if err != nil {
+		return fmt.Errorf("meilisearch create index %s: %w", ix.uid, err)
+	}
+	if err := ix.wait(ctx, info, "create index"); err != nil {
+		// Another replica created it first.
+		if strings.Contains(err.Error(), "index_already_exists") {
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// settings returns the index settings Quarry needs: searchable attributes in the order
+// of SPEC's boosts (title > path > content, Meilisearch's attribute ranking rule), the
+// filters, and typo tolerance that leaves the path words alone. Stop words: see below.
+func (ix *Index) settings() *meilisearch.Settings {
+	return &meilisearch.Settings{
+		RankingRules:         []string{"words", "typo", "proximity", "attribute", "sort", "exactness"},
+		SearchableAttributes: []string{fieldTitle, fieldPathText, fieldContent},
+		DisplayedAttributes:  []string{fieldID, fieldPath, fieldHash},
+		FilterableAttributes: []string{fieldArchived, fieldDomain, fieldFolders, fieldSummary},
+		TypoTolerance: &meilisearch.TypoTolerance{
+			Enabled:             true,
+			MinWordSizeForTypos: meilisearch.MinWordSizeForTypos{OneTypo: int64(ix.cfg.OneTypo), TwoTypos: int64(ix.cfg.TwoTypos)},
+			DisableOnWords:      []string{},
+			DisableOnAttributes: []string{fieldPathText},
+		},
+		Pagination: &meilisearch.Pagination{MaxTotalHits: 1000},
+	}
+}
+
+// ensureSettings sends the settings that differ from the index's, if any: a settings
+// change makes Meilisearch re-index, so a restart must not send them again.
+func (ix *Index) ensureSettings(ctx context.Context) error {
+	want := ix.settings()
+	have, err := ix.index.GetSettingsWithContext(ctx)
+	if err != nil {
+		return fmt.Errorf("meilisearch settings %s: %w", ix.uid, err)
+	}
+	diff := &meilisearch.Settings{}
+	changed := false
+	if !slices.Equal(have.RankingRules, want.RankingRules) {
+		diff.RankingRules, changed = want.RankingRules, true
+	}
+	if !slices.Equal(have.SearchableAttributes, want.SearchableAttributes) {
+		diff.SearchableAttributes, changed = want.SearchableAttributes, true
+	}
+	if !sameSet(have.DisplayedAttributes, want.DisplayedAttributes) {
+		diff.DisplayedAttributes, changed = want.DisplayedAttributes, true
+	}
+	if !sameSet(have.FilterableAttributes, want.FilterableAttributes) {
+		diff.FilterableAttributes, changed = want.FilterableAttributes, true
+	}
+	if len(have.StopWords) > 0 {
+		// An empty list is omitted from a settings update; only a reset clears it.
+		info, err := ix.index.ResetStopWordsWithContext(ctx)
+		if err != nil {
+			return fmt.Errorf("meilisearch reset stop words %s: %w", ix.uid, err)
+		}
+		if err := ix.wait(ctx, info, "reset stop words"); err != nil {
+			return err
+		}
+	}
+	if t := have.TypoTolerance; t == nil || t.Enabled != want.TypoTolerance.Enabled ||
+		t.MinWordSizeForTypos != want.TypoTolerance.MinWordSizeForTypos ||
+		!sameSet(t.DisableOnAttributes, want.TypoTolerance.DisableOnAttributes) || len(t.DisableOnWords) != 0 {
+		diff.TypoTolerance, changed = want.TypoTolerance, true
+	}
+	if p := have.Pagination; p == nil || p.MaxTotalHits != want.Pagination.MaxTotalHits {
+		diff.Pagination, changed = want.Pagination, true
+	}
+	if !changed {
+		return nil
+	}
+	info, err := ix.index.UpdateSettingsWithContext(ctx, diff)
+	if err != nil {
+		return fmt.Errorf("meilisearch update settings %s: %w", ix.uid, err)
+	}
+	return ix.wait(ctx, info, "update settings")
+}
+
+// storedHashes returns the id and hash of every document in the index.
+func (ix *Index) storedHashes(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	const page = 1000
+	for offset := int64(0); ; offset += page {
+		var res meilisearch.DocumentsResult
+		err := ix.index.GetDocumentsWithContext(ctx, &meilisearch.DocumentsQuery{Fields: []string{fieldID, fieldHash}, Limit: page, Offset: offset}, &res)
+		if err != nil {
+			return nil, fmt.Errorf("meilisearch list documents %s: %w", ix.uid, err)
+		}
+		for _, h := range res.Results {
+			var id, hash string
+			if err := decodeField(h, fieldID, &id); err != nil {
+				return nil, fmt.Errorf("meilisearch list documents %s: %w", ix.uid, err)
+			}
+			_ = decodeField(h, fieldHash, &hash) // a document without one is re-sent
+			out[id] = hash
+		}
+		if len(res.Results) < page || offset+page >= res.Total {
+			return out, nil
+		}
+	}
+}
+
+// write sends documents in batches, then deletes ids, waiting for each task.
+func (ix *Index) write(ctx context.Context, docs []document, deletes []string) error {
+	for start := 0; start < len(docs); start += ix.cfg.BatchSize {
+		batch := docs[start:min(start+ix.cfg.BatchSize, len(docs))]
+		pk := fieldID
+		info, err := ix.index.AddDocumentsWithContext(ctx, batch, &meilisearch.DocumentOptions{PrimaryKey: &pk})
+		if err != nil {
+			return fmt.Errorf("meilisearch add documents %s: %w", ix.uid, err)
+		}
+		if err := ix.wait(ctx, info, "add documents"); err != nil {
+			return err
+		}
+	}
+	if len(deletes) > 0 {
+		info, err := ix.index.DeleteDocumentsWithContext(ctx, deletes, nil)
+		if err != nil {
+			return fmt.Errorf("meilisearch delete documents %s: %w", ix.uid, err)
+		}
+		if err := ix.wait(ctx, info, "delete documents"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wait polls a task until Meilisearch has finished it; anything but success is an error
+// carrying Meilisearch's message.
+func (ix *Index) wait(ctx context.Context, info *meilisearch.TaskInfo, what string) error {
+	ctx, cancel := context.WithTimeout(ctx, ix.cfg.TaskTimeout)
+	defer cancel()
+	task, err := ix.client.WaitForTaskWithContext(ctx, info.TaskUID, ix.cfg.TaskPoll)
+	if err != nil {
+		return fmt.Errorf("meilisearch %s %s: task %d: %w", what, ix.uid, info.TaskUID, err)
+	}
+	if task.Status != meilisearch.TaskStatusSucceeded {
+		return fmt.Errorf("%w: %s %s: task %d %s: %s (%s)", ErrTaskFailed, what, ix.uid, info.TaskUID, task.Status, task.Error.Message, task.Error.Code)
+	}
+	return nil
+}
+
+// Apply sends the changed documents and deletes the removed ones, and returns once
+// Meilisearch has applied both tasks. On error some of it may be applied; the caller
+// undoes it by applying engine.Inverse.
+func (ix *Index) Apply(ctx context.Context, changes []engine.Change) error {
+	ix.writeMu.Lock()
+	defer ix.writeMu.Unlock()
+	memo := map[string]string{}
+	var send []document
+	var drop []string
+	delta := map[string]int{}
+	n := 0
+	for _, c := range changes {
+		if c.Old != nil {
+			_, stems := analyse(*c.Old, memo)
+			for _, s := range stems {
+				delta[s]--
+			}
+			n--
+			if c.New == nil || c.New.Path != c.Old.Path {
+				drop = append(drop, docID(c.Old.Path))
+			}
+		}
+		if c.New != nil {
+			if c.New.Path == "" {
+				return errors.New("meilisearch apply: document without a path")
+			}
+			doc, stems := analyse(*c.New, memo)
+			for _, s := range stems {
+				delta[s]++
+			}
+			n++
+			send = append(send, doc)
+		}
+	}
+	if err := ix.write(ctx, send, drop); err != nil {
+		return err
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.n += n
+	for s, d := range delta {
+		if v := ix.vocab[s] + d; v > 0 {
+			ix.vocab[s] = v
+		} else {
+			delete(ix.vocab, s)
+		}
+	}
+	return nil
+}
+
+// Len returns the number of indexed documents.
+func (ix *Index) Len() int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.n
+}
+
+// Close releases the client's connections; the index stays on the server.
+func (ix *Index) Close() error {
+	ix.client.Close()
+	return nil
+}
+
+// Search runs one query (see the package comment for how).
+func (ix *Index) Search(ctx context.Context, q engine.Query) ([]engine.Hit, error) {
+	out, err := ix.SearchMany(ctx, []engine.Query{q})
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// plan is the Meilisearch requests one query becomes.
+type plan struct {
+	first, count int // the query's requests in the multi-search
+	any          bool
+	limit        int
+	// idf weighs each word's request in an any-term search.
+	idf []float64
+}
+
+// SearchMany runs queries in one HTTP request (one /multi-search, or one /search when a
+// single request suffices).
+func (ix *Index) SearchMany(ctx context.Context, qs []engine.Query) ([][]engine.Hit, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("meilisearch search: %w", err)
+	}
+	var reqs []*meilisearch.SearchRequest
+	plans := make([]plan, len(qs))
+	ix.mu.RLock()
+	for i, q := range qs {
+		words := ix.tokens(q.Terms)
+		limit := q.Limit
+		if limit <= 0 {
+			limit = ix.cfg.DefaultLimit
+		}
+		p := plan{first: len(reqs), limit: limit}
+		if len(words) > 0 {
+			filter := scopeFilter(q.Scope)
+			all := make([]string, len(words))
+			for i, w := range words {
+				all[i] = w.query
+			}
+			if q.AllTerms || len(words) == 1 {
+				reqs = append(reqs, ix.request(strings.Join(all, " "), meilisearch.All, filter, limit))
+			} else {
+				p.any = true
+				reqs = append(reqs, ix.request(strings.Join(all, " "), meilisearch.Last, filter, limit))
+				for _, w := range words {
+					reqs = append(reqs, ix.request(w.query, meilisearch.All, filter, limit))
+					p.idf = append(p.idf, ix.idf(w.stem))
+				}
+			}
+		}
+		p.count = len(reqs) - p.first
+		plans[i] = p
+	}
+	ix.mu.RUnlock()
+
+	results, err := ix.run(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]engine.Hit, len(qs))
+	for i, p := range plans {
+		if p.count == 0 {
+			continue
+		}
+		res := results[p.first : p.first+p.count]
+		if !p.any {
+			out[i] = sortHits(res[0], p.limit)
+			continue
+		}
+		best := map[string]float64{}
+		for _, h := range res[0] {
+			best[h.Path] = h.Score
+		}
+		// The per-word scores, weighed by the words' idf as BM25 weighs them: Meilisearch's
+		// score says how well a document matches a word, not how telling the word is.
+		sum, total := map[string]float64{}, 0.0
+		for i, r := range res[1:] {
+			total += p.idf[i]
+			for _, h := range r {
+				sum[h.Path] += p.idf[i] * h.Score
+			}
+		}
+		for path, s := range sum {
+			best[path] = max(best[path], s/total)
+		}
+		hits := make([]engine.Hit, 0, len(best))
+		for path, s := range best {
+			hits = append(hits, engine.Hit{Path: path, Score: s})
+		}
+		out[i] = sortHits(hits, p.limit)
+	}
+	return out, nil
+}
+
+func (ix *Index) request(q string, strategy meilisearch.MatchingStrategy, filter string, limit int) *meilisearch.SearchRequest {
+	r := &meilisearch.SearchRequest{
+		IndexUID:             ix.uid,
+		Query:                q,
+		MatchingStrategy:     strategy,
+		Limit:                int64(limit),
+		AttributesToRetrieve: []string{fieldPath},
+		ShowRankingScore:     true,
+	}
+	if filter != "" {
+		r.Filter = filter
+	}
+	return r
+}
+
+// run sends the requests and decodes each one's hits.
+func (ix *Index) run(ctx context.Context, reqs []*meilisearch.SearchRequest) ([][]engine.Hit, error) {
+	out := make([][]engine.Hit, len(reqs))
+	switch len(reqs) {
+	case 0:
+		return out, nil
+	case 1:
+		r := *reqs[0]
+		r.IndexUID = ""
+		res, err := ix.index.SearchWithContext(ctx, r.Query, &r)
+		if err != nil {
+			return nil, fmt.Errorf("meilisearch search %s: %w", ix.uid, err)
+		}
+		hits, err := decodeHits(res.Hits)
+		if err != nil {
+			return nil, fmt.Errorf("meilisearch search %s: %w", ix.uid, err)
+		}
+		out[0] = hits
+		return out, nil
+	}
+	res, err := ix.client.MultiSearchWithContext(ctx, &meilisearch.MultiSearchRequest{Queries: reqs})
+	if err != nil {
+		return nil, fmt.Errorf("meilisearch multi-search %s: %w", ix.uid, err)
+	}
+	if len(res.Results) != len(reqs) {
+		return nil, fmt.Errorf("meilisearch multi-search %s: %d results for %d queries", ix.uid, len(res.Results), len(reqs))
+	}
+	for i, r := range res.Results {
+		hits, err := decodeHits(r.Hits)
+		if err != nil {
+			return nil, fmt.Errorf("meilisearch multi-search %s: %w", ix.uid, err)
+		}
+		out[i] = hits
+	}
+	return out, nil
+}
+
+// word is one query word: its stem and how it is written in a Meilisearch query.
+type word struct{ stem, query string }
+
+// tokens turns query terms into Meilisearch query words: stems, known ones quoted (exact
+// match), unknown ones bare (typo and prefix matching) and last, since Meilisearch
+// prefix-matches only the last word. The caller holds mu.
+func (ix *Index) tokens(terms []string) []word {
+	var known, unknown []word
+	seen := map[string]bool{}
+	for _, t := range terms {
+		for _, w := range text.Words(t) {
+			if text.IsStopWord(w) {
+				continue
+			}
+			s := text.Stem(w)
+			if seen[s] {
+				continue
+			}
+			seen[s] = true
+			if ix.vocab[s] > 0 {
+				known = append(known, word{s, `"` + s + `"`})
+			} else {
+				unknown = append(unknown, word{s, s})
+			}
+		}
+	}
+	return append(known, unknown...)
+}
+
+// idf is a stem's BM25 inverse document frequency, ln(1 + (N-df+0.5)/(df+0.5)), as the
+// ranking corpus computes it. The caller holds mu.
+func (ix *Index) idf(stem string) float64 {
+	n, df := float64(ix.n), float64(ix.vocab[stem])
+	return math.Log(1 + (max(n-df, 0)+0.5)/(df+0.5))
+}
+
+// scopeFilter restricts a search to a folder and its subfolders ("" for none).
+func scopeFilter(scope string) string {
+	scope = strings.Trim(scope, "/")
+	if scope == "" {
+		return ""
+	}
+	return fieldFolders + ` = "` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(scope) + `"`
+}
+
+// sortHits orders hits by score, then path (the embedded engine's order for ties), and
+// caps them at limit.
+func sortHits(hits []engine.Hit, limit int) []engine.Hit {
+	sort.SliceStable(hits, func(i, j int) bool {
+		if hits[i].Score != hits[j].Score {
+			return hits[i].Score > hits[j].Score
+		}
+		return hits[i].Path < hits[j].Path
+	})
+	if len(hits) > limit {
+		hits = hits[:limit]
+	}
+	return hits
+}
+
+func decodeHits(hs meilisearch.Hits) ([]engine.Hit, error) {
+	out := make([]engine.Hit, 0, len(hs))
+	for _, h := range hs {
+		var hit engine.Hit
+		if err := decodeField(h, fieldPath, &hit.Path); err != nil {
+			return nil, err
+		}
+		if err := decodeField(h, rankingScore, &hit.Score); err != nil {
+			return nil, err
+		}
+		out = append(out, hit)
+	}
+	return out, nil
+}
+
+func decodeField(h meilisearch.Hit, name string, v any) error {
+	raw, ok := h[name]
+	if !ok {
+		return fmt.Errorf("hit without %q", name)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("hit field %q: %w", name, err)
+	}
+	return nil
+}
+
+// apiCode returns Meilisearch's error code of err ("" when it is not an API error).
+func apiCode(err error) string {
+	var me *meilisearch.Error
+	if errors.As(err, &me) {
+		return me.MeilisearchApiError.Code
+	}
+	return ""
+}
+
+// docID is a path's primary key: Meilisearch ids allow only [A-Za-z0-9_-] and 511 bytes,
+// and paths hold '/' and '.'.
+func docID(path string) string {
+	sum := sha256.Sum256([]byte(path))
+	return hex.EncodeToString(sum[:])
+}
+
+// analyse turns a document into what the index stores, and returns the stems of its
+// title and content (the words the index "knows").
+func analyse(d engine.Doc, memo map[string]string) (document, []string) {
+	title, ts := stems(d.Title, memo)
+	content, cs := stems(d.Content, memo)
+	pathText, _ := stems(engine.PathText(d.Path), memo)
+	doc := document{
+		ID:       docID(d.Path),
+		Path:     d.Path,
+		Title:    title,
+		PathText: pathText,
+		Content:  content,
+		Folders:  ancestors(d.Folder),
+		Archived: d.Archived,
+		Summary:  d.Summary,
+	}
+	if doc.Folders == nil {
+		doc.Folders = []string{}
+	}
+	if len(doc.Folders) > 0 {
+		doc.Domain = doc.Folders[0]
+	}
+	raw, _ := json.Marshal(doc)
+	sum := sha256.Sum256(append([]byte(schemaVersion+"\x00"), raw...))
+	doc.Hash = hex.EncodeToString(sum[:])
+	seen := make(map[string]struct{}, len(ts)+len(cs))
+	known := make([]string, 0, len(ts)+len(cs))
+	for _, s := range append(ts, cs...) {
+		if _, dup := seen[s]; !dup {
+			seen[s] = struct{}{}
+			known = append(known, s)
+		}
+	}
+	return doc, known
+}
+
+// stems returns s as space-separated stems of its non-stop words, and the stems.
+func stems(s string, memo map[string]string) (string, []string) {
+	words := text.Words(s)
+	out := words[:0]
+	for _, w := range words {
+		if text.IsStopWord(w) {
+			continue
+		}
+		st, ok := memo[w]
+		if !ok {
+			st = text.Stem(w)
+			memo[w] = st
+		}
+		out = append(out, st)
+	}
+	return strings.Join(out, " "), out
+}
+
+// ancestors returns folder and each of its ancestors: "auth/jwt" → ["auth", "auth/jwt"].
+func ancestors(folder string) []string {
+	folder = strings.Trim(folder, "/")
+	if folder == "" {
+		return nil
+	}
+	var out []string
+	for i := 0; i < len(folder); i++ {
+		if folder[i] == '/' {
+			out = append(out, folder[:i])
+		}
+	}
+	return append(out, folder)
+}
+
+// The index has no stop words: they are removed by Quarry's analysis, with the platform
+// list, before text reaches Meilisearch, exactly where the embedded engine removes them
+// (before stemming). A stop-word setting on the index would act after stemming, where the
+// stems of 33 ordinary English words are stop words ("owned" → "own", "others" → "other",
+// "willing" → "will", measured against /usr/share/dict/american-english), and would drop
+// those words from documents and queries alike.
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	a, b = slices.Clone(a), slices.Clone(b)
+	sort.Strings(a)
+	sort.Strings(b)
+	return slices.Equal(a, b)
+}

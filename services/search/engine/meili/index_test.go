@@ -1,0 +1,249 @@
+package meili_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/quarry-router/quarry/services/search/engine"
+	"github.com/quarry-router/quarry/services/search/engine/enginetest"
+	"github.com/quarry-router/quarry/services/search/engine/meili"
+	"github.com/quarry-router/quarry/services/search/engine/meili/meilitest"
+)
+
+const key = "test-key"
+
+func TestOpenAppliesSettingsOnceAndSendsOnlyChangedDocuments(t *testing.T) {
+	srv := meilitest.New(t, key)
+	docs := enginetest.Docs()
+	ix := open(t, srv.URL, key, "kb", docs)
+	_ = ix.Close()
+
+	settings, adds := "/indexes/quarry_kb/settings", "/indexes/quarry_kb/documents"
+	if n := srv.Count("PATCH", settings); n != 1 {
+		t.Fatalf("first start sent the settings %d times, want 1", n)
+	}
+	if n := srv.Count("POST", adds); n != 1 {
+		t.Fatalf("first start sent documents %d times, want 1", n)
+	}
+
+	// A restart with the same documents changes nothing.
+	ix = open(t, srv.URL, key, "kb", docs)
+	_ = ix.Close()
+	if n := srv.Count("PATCH", settings); n != 1 {
+		t.Errorf("a restart re-sent the settings (%d PATCHes), which re-indexes everything", n)
+	}
+	if n := srv.Count("POST", adds); n != 1 {
+		t.Errorf("a restart re-sent unchanged documents (%d adds)", n)
+	}
+
+	// A restart with one document changed and one gone sends that one and deletes the other.
+	changed := slices.Clone(docs[:len(docs)-1])
+	changed[0].Content += " Rotation is automated."
+	before := len(srv.Requests())
+	ix = open(t, srv.URL, key, "kb", changed)
+	defer ix.Close()
+	var sent []map[string]any
+	deleted := 0
+	for _, r := range srv.Requests()[before:] {
+		switch r.Path {
+		case adds:
+			var batch []map[string]any
+			if err := json.Unmarshal(r.Body, &batch); err != nil {
+				t.Fatal(err)
+			}
+			sent = append(sent, batch...)
+		case adds + "/delete-batch":
+			var ids []string
+			_ = json.Unmarshal(r.Body, &ids)
+			deleted += len(ids)
+		}
+	}
+	if len(sent) != 1 || sent[0]["path"] != docs[0].Path {
+		t.Errorf("restart after one change sent %d documents, want only %s", len(sent), docs[0].Path)
+	}
+	if deleted != 1 {
+		t.Errorf("restart deleted %d documents, want 1", deleted)
+	}
+	if got := len(srv.Documents("quarry_kb")); got != len(changed) || ix.Len() != len(changed) {
+		t.Errorf("index holds %d documents (Len %d), want %d", got, ix.Len(), len(changed))
+	}
+}
+
+func TestSettingsExpressTheEmbeddedEngine(t *testing.T) {
+	srv := meilitest.New(t, key)
+	ix := open(t, srv.URL, key, "kb", enginetest.Docs())
+	defer ix.Close()
+	st := srv.Settings("quarry_kb")
+	str := func(v any) []string {
+		var out []string
+		for _, x := range v.([]any) {
+			out = append(out, x.(string))
+		}
+		return out
+	}
+	if got := str(st["searchableAttributes"]); !slices.Equal(got, []string{"title", "path_text", "content"}) {
+		t.Errorf("searchable attributes = %v, want title > path > content (SPEC's boosts)", got)
+	}
+	filterable := str(st["filterableAttributes"])
+	for _, f := range []string{"archived", "domain", "folders"} {
+		if !slices.Contains(filterable, f) {
+			t.Errorf("filterable attributes %v lack %s", filterable, f)
+		}
+	}
+	if stop := str(st["stopWords"]); len(stop) != 0 {
+		t.Errorf("stop words = %v, want none: the analysis removes them before stemming, and the stem of %q is %q", stop, "owned", "own")
+	}
+	typo := st["typoTolerance"].(map[string]any)
+	if got := str(typo["disableOnAttributes"]); !slices.Equal(got, []string{"path_text"}) {
+		t.Errorf("typo tolerance disabled on %v, want the path words only", got)
+	}
+}
+
+func TestDocumentsCarryFiltersAndAnalysedText(t *testing.T) {
+	srv := meilitest.New(t, key)
+	ix := open(t, srv.URL, key, "kb", enginetest.Docs())
+	defer ix.Close()
+	byPath := map[string]map[string]any{}
+	for _, d := range srv.Documents("quarry_kb") {
+		byPath[d["path"].(string)] = d
+	}
+	stub := byPath["ops/_archived/pagerduty.stub.md"]
+	if stub["archived"] != true || stub["domain"] != "ops" {
+		t.Errorf("stub document = %v, want archived and domain ops", stub)
+	}
+	rot := byPath["auth/jwt/signing-key-rotation.md"]
+	if got := rot["title"]; got != "rotat jwt sign key" {
+		t.Errorf("title sent as %q, want the stems without stop words", got)
+	}
+	if got := rot["folders"]; !slices.Equal(toStrings(got), []string{"auth", "auth/jwt"}) {
+		t.Errorf("folders = %v, want the folder and its ancestors", got)
+	}
+	if id := rot["id"].(string); strings.ContainsAny(id, "/.") || len(id) > 511 {
+		t.Errorf("id %q is not a valid Meilisearch id", id)
+	}
+}
+
+func TestSearchRequests(t *testing.T) {
+	srv := meilitest.New(t, key)
+	ix := open(t, srv.URL, key, "kb", enginetest.Docs())
+	defer ix.Close()
+	ctx := context.Background()
+
+	type req struct {
+		Q        string `json:"q"`
+		Strategy string `json:"matchingStrategy"`
+		Filter   string `json:"filter"`
+		Score    bool   `json:"showRankingScore"`
+	}
+	last := func(t *testing.T, path string) []req {
+		t.Helper()
+		rs := srv.Requests()
+		r := rs[len(rs)-1]
+		if r.Path != path {
+			t.Fatalf("last request went to %s, want %s", r.Path, path)
+		}
+		if path == "/multi-search" {
+			var m struct{ Queries []req }
+			if err := json.Unmarshal(r.Body, &m); err != nil {
+				t.Fatal(err)
+			}
+			return m.Queries
+		}
+		var one req
+		if err := json.Unmarshal(r.Body, &one); err != nil {
+			t.Fatal(err)
+		}
+		return []req{one}
+	}
+
+	if _, err := ix.Search(ctx, engine.Query{Terms: []string{"Rotating", "pgbouncr"}, Scope: "auth", AllTerms: true}); err != nil {
+		t.Fatal(err)
+	}
+	got := last(t, "/indexes/quarry_kb/search")
+	want := req{Q: `"rotat" pgbouncr`, Strategy: "all", Filter: `folders = "auth"`, Score: true}
+	if got[0] != want {
+		t.Errorf("all-terms search sent %+v, want %+v (known stems quoted, unknown bare and last)", got[0], want)
+	}
+
+	if _, err := ix.Search(ctx, engine.Query{Terms: []string{"vault", "pgbouncer"}}); err != nil {
+		t.Fatal(err)
+	}
+	got = last(t, "/multi-search")
+	wantAny := []req{
+		{Q: `"vault" "pgbouncer"`, Strategy: "last", Score: true},
+		{Q: `"vault"`, Strategy: "all", Score: true},
+		{Q: `"pgbouncer"`, Strategy: "all", Score: true},
+	}
+	if !slices.Equal(got, wantAny) {
+		t.Errorf("any-term search sent %+v, want %+v", got, wantAny)
+	}
+}
+
+func TestAFailedTaskFailsTheWriteAndChangesNothing(t *testing.T) {
+	srv := meilitest.New(t, key)
+	ix := open(t, srv.URL, key, "kb", enginetest.Docs())
+	defer ix.Close()
+	ctx := context.Background()
+	srv.FailNextTasks(1, "no space left on device")
+	added := engine.Doc{Path: "x/kafka.md", Folder: "x", Title: "Kafka", Content: "Kafka consumers."}
+	err := ix.Apply(ctx, []engine.Change{{New: &added}})
+	if !errors.Is(err, meili.ErrTaskFailed) || !strings.Contains(err.Error(), "no space left on device") {
+		t.Fatalf("Apply = %v, want ErrTaskFailed with Meilisearch's message", err)
+	}
+	if hits, _ := ix.Search(ctx, engine.Query{Terms: []string{"kafka"}}); len(hits) != 0 {
+		t.Errorf("a failed write is searchable: %v", hits)
+	}
+	if ix.Len() != len(enginetest.Docs()) {
+		t.Errorf("Len() = %d after a failed write, want %d", ix.Len(), len(enginetest.Docs()))
+	}
+}
+
+func TestOpenRefusesAWrongKey(t *testing.T) {
+	srv := meilitest.New(t, key)
+	_, err := meili.Open(context.Background(), testConfig(srv.URL, "wrong"), "kb", enginetest.Docs())
+	if err == nil || !strings.Contains(err.Error(), "invalid_api_key") {
+		t.Errorf("Open with a wrong key = %v, want invalid_api_key", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(*meili.Config)
+		want string
+	}{
+		{"a URL is required", func(c *meili.Config) { c.URL = "" }, "-meili-url is required"},
+		{"the URL is http(s)", func(c *meili.Config) { c.URL = "ftp://x" }, "-meili-url must be"},
+		{"the prefix is index-safe", func(c *meili.Config) { c.IndexPrefix = "a/b" }, "-meili-index-prefix"},
+		{"typo sizes are ordered", func(c *meili.Config) { c.OneTypo, c.TwoTypos = 9, 5 }, "-meili-one-typo"},
+		{"the defaults are valid", func(*meili.Config) {}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := testConfig("http://127.0.0.1:7700", "")
+			tt.edit(&c)
+			err := c.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Errorf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Validate() = %v, want it to mention %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func toStrings(v any) []string {
+	var out []string
+	for _, x := range v.([]any) {
+		out = append(out, x.(string))
+	}
+	return out
+}

@@ -1,0 +1,196 @@
+package kb_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quarry-router/quarry/services/search/engine"
+	"github.com/quarry-router/quarry/services/search/kb"
+	"github.com/quarry-router/quarry/services/search/kbgen"
+	"github.com/quarry-router/quarry/services/search/resolve"
+)
+
+// The write side's figures on the 5,000-file generated knowledge base, embedded engine:
+//
+//	go test -run '^$' -bench 'Sync|Upsert|QueriesDuringSync' -benchtime 1x ./kb
+const benchFiles = 5000
+
+func benchRegistry(b *testing.B, edit func(*kb.Config)) (*kb.Registry, resolve.Config) {
+	b.Helper()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var kc kb.Config
+	kc.RegisterFlags(fs)
+	var rc resolve.Config
+	rc.RegisterFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		b.Fatal(err)
+	}
+	if edit != nil {
+		edit(&kc)
+	}
+	reg := kb.NewRegistry(kc, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	b.Cleanup(reg.Close)
+	return reg, rc
+}
+
+func generate(b *testing.B, dir string, now time.Time) *kbgen.Manifest {
+	b.Helper()
+	m, err := kbgen.Generate(dir, kbgen.Options{Files: benchFiles, Seed: 1, Now: now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
+}
+
+// BenchmarkSyncTree syncs the generated knowledge base into a new one (every file
+// indexed), then again unchanged, and reports files per second for both.
+func BenchmarkSyncTree(b *testing.B) {
+	src := b.TempDir()
+	generate(b, filepath.Join(src, "big"), time.Time{})
+	for i := range b.N {
+		reg, _ := benchRegistry(b, func(c *kb.Config) {
+			c.Write.NewRoot, c.Write.SyncRoot = b.TempDir(), src
+		})
+		id := fmt.Sprintf("big%d", i)
+		start := time.Now()
+		res, err := reg.SyncTree(context.Background(), id, "big", false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		first := time.Since(start)
+		if res.Count(kb.Indexed) != benchFiles {
+			b.Fatalf("indexed %d files, want %d", res.Count(kb.Indexed), benchFiles)
+		}
+		start = time.Now()
+		res, err = reg.SyncTree(context.Background(), id, "big", false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		again := time.Since(start)
+		if res.Changed || res.Count(kb.Unchanged) != benchFiles {
+			b.Fatalf("second sync changed %v, unchanged %d", res.Changed, res.Count(kb.Unchanged))
+		}
+		b.ReportMetric(float64(benchFiles)/first.Seconds(), "new-files/s")
+		b.ReportMetric(float64(benchFiles)/again.Seconds(), "unchanged-files/s")
+	}
+}
+
+// BenchmarkUpsert changes one file of the loaded 5,000-file knowledge base per iteration
+// and reports the time from the call to the change being searchable (UpsertFile returns
+// once the new snapshot serves), p50 and p99.
+func BenchmarkUpsert(b *testing.B) {
+	dir := b.TempDir()
+	m := generate(b, dir, time.Time{})
+	reg, _ := benchRegistry(b, nil)
+	ctx := context.Background()
+	if _, err := reg.Load(ctx, "big", dir); err != nil {
+		b.Fatal(err)
+	}
+	target := m.Files[len(m.Files)/2].Path
+	var took []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		word := fmt.Sprintf("zqxmarker%d", i)
+		start := time.Now()
+		res, err := reg.UpsertFile(ctx, "big", target, []byte("# Changed\n\nThe marker "+word+" is here.\n"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		took = append(took, time.Since(start))
+		hits, err := res.KB.Engine.Search(ctx, engine.Query{Terms: []string{word}, AllTerms: true})
+		if err != nil || !hasPath(hits, target) {
+			b.Fatalf("%s not searchable after the upsert returned", word)
+		}
+	}
+	b.StopTimer()
+	reportPercentiles(b, took, "upsert")
+}
+
+// BenchmarkQueriesDuringSync measures Resolve latency on the 5,000-file knowledge base
+// alone, then while a sync changes every one of its files, and reports both p99s.
+func BenchmarkQueriesDuringSync(b *testing.B) {
+	root, src := b.TempDir(), b.TempDir()
+	m := generate(b, filepath.Join(root, "big"), time.Time{})
+	// The same tree a month later: every file's dates, so every file's bytes, differ.
+	generate(b, filepath.Join(src, "big"), time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	reg, rc := benchRegistry(b, func(c *kb.Config) { c.Write.SyncRoot = src })
+	ctx := context.Background()
+	if _, err := reg.Load(ctx, "big", filepath.Join(root, "big")); err != nil {
+		b.Fatal(err)
+	}
+	res := resolve.New(rc, reg, time.Now)
+	qs := m.Questions(200, 7)
+	query := func(i int) time.Duration {
+		start := time.Now()
+		if _, err := res.Resolve(ctx, "big", qs[i%len(qs)].Query); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	for i := range 50 { // warm up
+		query(i)
+	}
+	for range b.N {
+		var idle []time.Duration
+		for i := range 400 {
+			idle = append(idle, query(i))
+		}
+		var busy []time.Duration
+		var mu sync.Mutex
+		done := make(chan struct{})
+		var syncTook time.Duration
+		var changed int
+		go func() {
+			defer close(done)
+			start := time.Now()
+			r, err := reg.SyncTree(ctx, "big", "big", false)
+			syncTook = time.Since(start)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			// Summaries carry no dates, so they are the same a month later.
+			if changed = r.Count(kb.Indexed); changed < benchFiles*9/10 {
+				b.Errorf("sync changed %d files, want nearly all %d", changed, benchFiles)
+			}
+		}()
+	loop:
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				break loop
+			default:
+			}
+			d := query(i)
+			mu.Lock()
+			busy = append(busy, d)
+			mu.Unlock()
+		}
+		reportPercentiles(b, idle, "idle")
+		reportPercentiles(b, busy, "during-sync")
+		b.ReportMetric(float64(len(busy)), "queries-during-sync")
+		b.ReportMetric(syncTook.Seconds(), "sync-s")
+		b.ReportMetric(float64(changed), "files-changed")
+	}
+}
+
+func reportPercentiles(b *testing.B, ds []time.Duration, name string) {
+	b.Helper()
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	at := func(p float64) float64 {
+		return float64(ds[min(len(ds)-1, int(p*float64(len(ds))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(at(0.5), name+"-p50-ms")
+	b.ReportMetric(at(0.99), name+"-p99-ms")
+}

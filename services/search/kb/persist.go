@@ -1,0 +1,111 @@
+package kb
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/quarry-router/quarry/services/search/signals"
+)
+
+// signalsFile holds what the runtime learned about a knowledge base's files (importance,
+// maturity, last access), beside its index in -data-dir and never in the markdown, so a
+// restart carries it over.
+const signalsFile = "signals.json"
+
+// savedSignals is the content of signalsFile.
+type savedSignals struct {
+	Saved   time.Time        `json:"saved"`
+	Records []signals.Record `json:"records"`
+}
+
+// RunSignals flushes every knowledge base's runtime signals in the background until
+// ctx is done, then flushes once more. With a -data-dir, each flush that changed something
+// is saved there, and the last one before returning.
+func (r *Registry) RunSignals(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	saved := map[*signals.Store]uint64{}
+	flush := func() {
+		r.mu.RLock()
+		kbs := make([]*KB, 0, len(r.kbs))
+		for _, k := range r.kbs {
+			kbs = append(kbs, k)
+		}
+		r.mu.RUnlock()
+		for _, k := range kbs {
+			k.Signals.Flush()
+			if r.cfg.DataDir == "" {
+				continue
+			}
+			if c := k.Signals.Changes(); saved[k.Signals] != c {
+				if err := r.saveSignals(k); err != nil {
+					r.log.Warn("save signals", "kb", k.ID, "err", err)
+					continue
+				}
+				saved[k.Signals] = c
+			}
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			flush()
+			return
+		case <-t.C:
+			flush()
+		}
+	}
+}
+
+func (r *Registry) saveSignals(k *KB) error {
+	raw, err := json.Marshal(savedSignals{Saved: time.Now().UTC(), Records: k.Signals.Snapshot()})
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(r.cfg.DataDir, k.ID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".signals-*.tmp")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(raw)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, signalsFile))
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// restoreSignals applies the signals saved for a knowledge base, if any, to a new store.
+func (r *Registry) restoreSignals(id string, sig *signals.Store) {
+	if r.cfg.DataDir == "" {
+		return
+	}
+	raw, err := os.ReadFile(filepath.Join(r.cfg.DataDir, id, signalsFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	var s savedSignals
+	if err == nil {
+		err = json.Unmarshal(raw, &s)
+	}
+	if err != nil {
+		// Lost signals cost ranking hints, not correctness: start from the front matter.
+		r.log.Warn("saved signals unreadable; starting from the front matter", "kb", id, "err", fmt.Errorf("%s: %w", signalsFile, err))
+		return
+	}
+	sig.Restore(s.Records)
+}

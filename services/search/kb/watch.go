@@ -1,0 +1,270 @@
+package kb
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/quarry-router/quarry/services/search/tree"
+)
+
+// maxWatchDelay bounds how long a stream of edits can hold back the ones already seen.
+const maxWatchDelay = time.Second
+
+// folderWatcher applies edits made in knowledge base folders.
+type folderWatcher struct {
+	w *fsnotify.Watcher
+	// mu guards roots, which Load adds to while the watcher runs.
+	mu    sync.Mutex
+	roots map[string]string // absolute folder → knowledge base id
+}
+
+// WatchFolders watches the folder of every knowledge base, present and future, until ctx
+// is done, and applies edits made there as writes: a changed file is re-indexed, a
+// removed one removed, each burst of edits (settled for WriteConfig.WatchDebounce, at
+// most a second) one generation. The service's own writes show up as events too and
+// change nothing, since the files already hold what the snapshot indexed. An edit the
+// loader would refuse (bad front matter, too large) leaves the indexed version in place
+// and is logged. The folders are watched when WatchFolders returns; wait returns once the
+// watcher has stopped after ctx is done.
+func (r *Registry) WatchFolders(ctx context.Context) (wait func(), err error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	fw := &folderWatcher{w: w, roots: map[string]string{}}
+	r.loadMu.Lock()
+	r.watcher = fw
+	r.mu.RLock()
+	for id, k := range r.kbs {
+		fw.add(id, k.Tree.Root, r)
+	}
+	r.mu.RUnlock()
+	r.loadMu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			r.loadMu.Lock()
+			r.watcher = nil
+			r.loadMu.Unlock()
+			_ = w.Close()
+		}()
+		r.watchLoop(ctx, fw)
+	}()
+	return func() { <-done }, nil
+}
+
+func (r *Registry) watchLoop(ctx context.Context, fw *folderWatcher) {
+	w := fw.w
+	pending := map[string]map[string]bool{} // id → relative paths
+	var quiet <-chan time.Time
+	var first time.Time
+	flush := func() {
+		for id, set := range pending {
+			paths := make([]string, 0, len(set))
+			for p := range set {
+				paths = append(paths, p)
+			}
+			sort.Strings(paths)
+			if _, err := r.applyEdits(ctx, id, paths); err != nil && ctx.Err() == nil {
+				r.log.Warn("apply folder edits", "kb", id, "err", err)
+			}
+		}
+		clear(pending)
+		quiet, first = nil, time.Time{}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			r.log.Warn("folder watcher", "err", err)
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			id, rel, ok := fw.locate(ev.Name)
+			if !ok || hidden(rel) {
+				continue
+			}
+			if ev.Has(fsnotify.Create) {
+				if fi, err := os.Lstat(ev.Name); err == nil && fi.IsDir() {
+					fw.walk(ev.Name, id, r)
+				}
+			}
+			if pending[id] == nil {
+				pending[id] = map[string]bool{}
+			}
+			pending[id][rel] = true
+			if first.IsZero() {
+				first = time.Now()
+			}
+			wait := r.cfg.Write.WatchDebounce
+			if left := maxWatchDelay - time.Since(first); left < wait {
+				wait = max(0, left)
+			}
+			quiet = time.After(wait)
+		case <-quiet:
+			flush()
+		}
+	}
+}
+
+// add watches a knowledge base's folder and its subfolders.
+func (fw *folderWatcher) add(id, root string, r *Registry) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return
+	}
+	fw.mu.Lock()
+	fw.roots[abs] = id
+	fw.mu.Unlock()
+	fw.walk(abs, id, r)
+}
+
+// walk watches dir and the folders below it, links and hidden folders excluded, as the
+// loader skips them.
+func (fw *folderWatcher) walk(dir, id string, r *Registry) {
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if p != dir && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
+		if err := fw.w.Add(p); err != nil {
+			r.log.Warn("watch folder", "kb", id, "dir", p, "err", err)
+		}
+		return nil
+	})
+}
+
+// locate returns the knowledge base and relative path of an event's file.
+func (fw *folderWatcher) locate(name string) (id, rel string, ok bool) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	best := ""
+	for root, kid := range fw.roots {
+		if (name == root || strings.HasPrefix(name, root+string(filepath.Separator))) && len(root) > len(best) {
+			best, id = root, kid
+		}
+	}
+	if best == "" || name == best {
+		return "", "", false
+	}
+	rel, err := filepath.Rel(best, name)
+	if err != nil {
+		return "", "", false
+	}
+	return id, filepath.ToSlash(rel), true
+}
+
+func hidden(rel string) bool {
+	for _, s := range strings.Split(rel, "/") {
+		if strings.HasPrefix(s, ".") {
+			return true
+		}
+	}
+	return false
+}
+
+// applyEdits brings the index in line with what the folder now holds at paths (files or
+// folders, relative to the knowledge base root).
+func (r *Registry) applyEdits(ctx context.Context, id string, paths []string) (*WriteResult, error) {
+	return r.write(ctx, id, false, func(cur *KB, dir *tree.Dir) (*plan, error) {
+		p := &plan{}
+		seen := map[string]bool{}
+		remove := func(path string) {
+			if _, ok := cur.Tree.ByPath[path]; ok && !seen[path] {
+				seen[path] = true
+				p.ops = append(p.ops, op{path: path, onDisk: true})
+				p.files = append(p.files, FileResult{Path: path, Outcome: Removed})
+			}
+		}
+		under := func(folder string) []string {
+			var out []string
+			for _, d := range cur.Tree.Docs {
+				if strings.HasPrefix(d.Path, folder+"/") {
+					out = append(out, d.Path)
+				}
+			}
+			return out
+		}
+		file := func(rel string, data []byte, mtime time.Time) {
+			if seen[rel] || tree.IsArchivedOriginal(rel) {
+				return
+			}
+			seen[rel] = true
+			clean, err := tree.CheckFilePath(rel, r.cfg.Tree)
+			if err != nil {
+				return
+			}
+			prev := cur.Tree.ByPath[clean]
+			if prev != nil && prev.Hash == hash(data) {
+				return
+			}
+			doc, err := tree.ParseFile(cur.Tree.Root, clean, data, mtime, r.cfg.Tree)
+			if err != nil {
+				r.log.Warn("edited file refused; the indexed version stays", "kb", id, "path", clean, "err", err)
+				return
+			}
+			p.ops = append(p.ops, op{path: clean, data: data, doc: doc, onDisk: true})
+			p.files = append(p.files, FileResult{Path: clean, Outcome: Indexed})
+			if prev != nil {
+				p.curations = append(p.curations, clean)
+			}
+		}
+		for _, rel := range paths {
+			fi, err := dir.Lstat(rel)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				remove(rel)
+				for _, d := range under(rel) {
+					remove(d)
+				}
+			case err != nil:
+				return nil, err
+			case fi.IsDir():
+				files, _, err := tree.ReadFiles(ctx, filepath.Join(cur.Tree.Root, filepath.FromSlash(rel)), r.cfg.Tree)
+				if err != nil {
+					return nil, err
+				}
+				have := map[string]bool{}
+				for _, f := range files {
+					full := path.Join(rel, f.Path)
+					have[full] = true
+					file(full, f.Data, f.ModTime)
+				}
+				for _, d := range under(rel) {
+					if !have[d] {
+						remove(d)
+					}
+				}
+			case !fi.Mode().IsRegular():
+				remove(rel) // the loader skips links and special files
+			case strings.HasSuffix(rel, ".md"):
+				data, _, err := dir.Read(rel, r.cfg.Tree.MaxFileBytes)
+				if err != nil {
+					r.log.Warn("edited file unreadable; the indexed version stays", "kb", id, "path", rel, "err", err)
+					continue
+				}
+				file(rel, data, fi.ModTime())
+			}
+		}
+		sort.Slice(p.files, func(i, j int) bool { return p.files[i].Path < p.files[j].Path })
+		return p, nil
+	})
+}

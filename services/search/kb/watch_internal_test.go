@@ -1,0 +1,68 @@
+package kb
+
+import (
+	"context"
+	"flag"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// The service's own writes reach the folder watcher as events; applying them must change
+// nothing, or every write would cost two generations.
+func TestOwnWritesSeenByTheWatcherChangeNothing(t *testing.T) {
+	root := t.TempDir()
+	for p, body := range map[string]string{"ops/pager.md": "# Pager\n\nThe pager rotates weekly.\n", "ops/_index.md": "# Ops\n"} {
+		full := filepath.Join(root, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var cfg Config
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	reg := NewRegistry(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer reg.Close()
+	ctx := context.Background()
+	if _, err := reg.Load(ctx, "team", root); err != nil {
+		t.Fatal(err)
+	}
+	edits := []struct {
+		name  string
+		write func() (*WriteResult, error)
+		paths []string
+	}{
+		{"an upsert", func() (*WriteResult, error) {
+			return reg.UpsertFile(ctx, "team", "ops/kafka.md", []byte("# Kafka\n\nConsumer lag.\n"))
+		}, []string{"ops/kafka.md", "ops"}},
+		{"an archive", func() (*WriteResult, error) {
+			a, err := reg.ArchiveFile(ctx, "team", "ops/pager.md")
+			if err != nil {
+				return nil, err
+			}
+			return a.WriteResult, nil
+		}, []string{"ops/pager.md", "ops/_archived", "ops/_archived/pager.stub.md", "ops/_archived/pager.md"}},
+		{"a delete", func() (*WriteResult, error) { return reg.DeleteFile(ctx, "team", "ops/kafka.md") }, []string{"ops/kafka.md"}},
+	}
+	for _, e := range edits {
+		res, err := e.write()
+		if err != nil {
+			t.Fatalf("%s: %v", e.name, err)
+		}
+		echo, err := reg.applyEdits(ctx, "team", e.paths)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if echo.Changed || echo.KB.Generation != res.KB.Generation {
+			t.Errorf("the watcher's echo of %s changed the knowledge base: %+v", e.name, echo.Files)
+		}
+	}
+}

@@ -1,0 +1,332 @@
+package tree
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Errors returned by the write side.
+var (
+	// ErrNotKnowledgeFile means a path cannot hold a knowledge file: not ending in ".md",
+	// hidden, too deep, or the root itself.
+	ErrNotKnowledgeFile = errors.New("not a knowledge file path")
+	// ErrSymlink means a path runs through or ends at a symbolic link; the loader never
+	// follows links, so nothing is written through one.
+	ErrSymlink = errors.New("symbolic link in path")
+	// ErrRejected means a file's bytes cannot be loaded (size, encoding, front matter);
+	// the message says why.
+	ErrRejected = errors.New("file rejected")
+	// ErrReadOnly means the tree's folder cannot be written.
+	ErrReadOnly = errors.New("knowledge base folder is not writable")
+)
+
+// IsArchivedOriginal reports whether p is the full text of an archived file,
+// <folder>/_archived/<name>.md, which is kept beside its ghost cue but never indexed.
+func IsArchivedOriginal(p string) bool {
+	return path.Base(path.Dir(p)) == archiveDir && strings.HasSuffix(p, mdSuffix) && !strings.HasSuffix(p, stubSuffix)
+}
+
+// IsStub reports whether p is an archived ghost cue, <folder>/_archived/<name>.stub.md.
+func IsStub(p string) bool {
+	return path.Base(path.Dir(p)) == archiveDir && strings.HasSuffix(p, stubSuffix)
+}
+
+// IsSummary reports whether p is a folder summary (_index.md).
+func IsSummary(p string) bool { return path.Base(p) == indexName }
+
+// ArchivePaths returns where archiving the knowledge file p puts its ghost cue and its
+// full text: "a/b.md" → "a/_archived/b.stub.md", "a/_archived/b.md".
+func ArchivePaths(p string) (stub, original string) {
+	dir, name := path.Split(p)
+	base := strings.TrimSuffix(name, mdSuffix)
+	return dir + archiveDir + "/" + base + stubSuffix, dir + archiveDir + "/" + base + mdSuffix
+}
+
+// RestorePath returns the path an archived file goes back to, from its ghost cue or its
+// kept full text: "a/_archived/b.stub.md" or "a/_archived/b.md" → "a/b.md". ok is false
+// for any other path.
+func RestorePath(p string) (string, bool) {
+	if !IsStub(p) && !IsArchivedOriginal(p) {
+		return "", false
+	}
+	dir := path.Dir(path.Dir(p))
+	name := strings.TrimSuffix(strings.TrimSuffix(path.Base(p), stubSuffix), mdSuffix)
+	if dir == "." {
+		return name + mdSuffix, true
+	}
+	return dir + "/" + name + mdSuffix, true
+}
+
+// CheckFilePath validates a user-supplied path of a file to write and returns it clean.
+// Beyond CleanPath's rules it must name a markdown file the loader would load: ending in
+// ".md", no hidden segment, no deeper than cfg.MaxDepth folders.
+func CheckFilePath(p string, cfg Config) (string, error) {
+	c, err := CleanPath(p)
+	if err != nil {
+		return "", err
+	}
+	if c == "" {
+		return "", fmt.Errorf("%w: empty path", ErrNotKnowledgeFile)
+	}
+	if !strings.HasSuffix(c, mdSuffix) || c == mdSuffix {
+		return "", fmt.Errorf("%w: %q does not end in %s", ErrNotKnowledgeFile, c, mdSuffix)
+	}
+	segs := strings.Split(c, "/")
+	for _, s := range segs {
+		if strings.HasPrefix(s, hiddenStart) {
+			return "", fmt.Errorf("%w: %q has a hidden segment", ErrNotKnowledgeFile, c)
+		}
+	}
+	if cfg == (Config{}) {
+		cfg = DefaultConfig()
+	}
+	if len(segs)-1 > cfg.MaxDepth {
+		return "", fmt.Errorf("%w: %q is deeper than %d folders", ErrNotKnowledgeFile, c, cfg.MaxDepth)
+	}
+	return c, nil
+}
+
+// ParseFile builds the Document a knowledge base would load from a file's bytes, with
+// Load's limits: size, UTF-8, no NUL bytes, front matter. root is the tree's folder (it
+// names the root summary). A refusal wraps ErrRejected.
+func ParseFile(root, p string, data []byte, mtime time.Time, cfg Config) (*Document, error) {
+	if cfg == (Config{}) {
+		cfg = DefaultConfig()
+	}
+	if int64(len(data)) > cfg.MaxFileBytes {
+		return nil, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrRejected, len(data), cfg.MaxFileBytes)
+	}
+	d, _, err := parseDocument(p, data, mtime, rootName(root), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
+	}
+	return d, nil
+}
+
+// With returns a new tree: t with the documents of upserts added or replacing those of the
+// same path, and the paths of deletes removed. t is unchanged. Skips recorded for the
+// paths written or removed are dropped.
+func (t *Tree) With(upserts []*Document, deletes []string) *Tree {
+	gone := make(map[string]bool, len(upserts)+len(deletes))
+	for _, p := range deletes {
+		gone[p] = true
+	}
+	for _, d := range upserts {
+		gone[d.Path] = true
+	}
+	docs := make([]*Document, 0, len(t.Docs)+len(upserts))
+	for _, d := range t.Docs {
+		if !gone[d.Path] {
+			docs = append(docs, d)
+		}
+	}
+	seen := make(map[string]bool, len(upserts))
+	for _, d := range upserts {
+		if !seen[d.Path] {
+			seen[d.Path] = true
+			docs = append(docs, d)
+		}
+	}
+	var skipped []Skip
+	for _, s := range t.Skipped {
+		if !gone[s.Path] {
+			skipped = append(skipped, s)
+		}
+	}
+	return newTree(t.Root, docs, skipped)
+}
+
+// Dir writes files of a tree's folder. Every path goes through an os.Root, so nothing is
+// written outside the folder, and a path through a symbolic link is refused with
+// ErrSymlink. Files are replaced atomically (written beside, then renamed over), so a
+// reader sees the old bytes or the new, never half a file.
+type Dir struct {
+	root *os.Root
+	path string
+	// folders are the folders already checked to be real folders (no links), so a
+	// write of many files checks each folder once. Guarded by mu: a Dir may be written
+	// from several goroutines.
+	mu      sync.Mutex
+	folders map[string]bool
+	// lazy, when set, writes without an fsync per file; Sync makes them durable at once.
+	lazy bool
+}
+
+// OpenDir opens a tree's folder for writing, creating it if needed.
+func OpenDir(dir string) (*Dir, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("open %s: %w", dir, writeErr(err))
+	}
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	return &Dir{root: r, path: dir, folders: map[string]bool{}}, nil
+}
+
+// Batch makes Write skip the fsync of each file, for writes of many files: call Sync once
+// they are all written. One fsync per file made a 5,000-file sync wait on the disk
+// 5,000 times.
+func (d *Dir) Batch() { d.lazy = true }
+
+// Sync makes the files written since Batch durable.
+func (d *Dir) Sync() error {
+	if !d.lazy {
+		return nil
+	}
+	f, err := os.Open(d.path)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", d.path, err)
+	}
+	defer f.Close()
+	if err := syncFS(f); err != nil {
+		return fmt.Errorf("sync %s: %w", d.path, err)
+	}
+	return nil
+}
+
+// Close releases the folder.
+func (d *Dir) Close() error { return d.root.Close() }
+
+// checkNoLinks refuses a path any of whose existing components is a symbolic link.
+func (d *Dir) checkNoLinks(p string) error {
+	segs := strings.Split(p, "/")
+	for i := range segs {
+		sub := strings.Join(segs[:i+1], "/")
+		if i < len(segs)-1 && d.known(sub) {
+			continue
+		}
+		fi, err := d.root.Lstat(sub)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("stat %s: %w", sub, cause(err))
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return fmt.Errorf("%w: %s", ErrSymlink, sub)
+		}
+		if i < len(segs)-1 && !fi.IsDir() {
+			return fmt.Errorf("%w: %s is a file, not a folder", ErrNotKnowledgeFile, sub)
+		}
+		if i < len(segs)-1 {
+			d.mu.Lock()
+			d.folders[sub] = true
+			d.mu.Unlock()
+		}
+		if i == len(segs)-1 && !fi.Mode().IsRegular() {
+			return fmt.Errorf("%w: %s is not a regular file", ErrNotKnowledgeFile, sub)
+		}
+	}
+	return nil
+}
+
+func (d *Dir) known(folder string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.folders[folder]
+}
+
+// Check reports whether p (clean, see CheckFilePath) could be written: no component is a
+// symbolic link and no folder on the way is a file.
+func (d *Dir) Check(p string) error { return d.checkNoLinks(p) }
+
+// Read returns the bytes of file p and whether it exists. Links are never followed.
+func (d *Dir) Read(p string, maxBytes int64) ([]byte, bool, error) {
+	if err := d.checkNoLinks(p); err != nil {
+		return nil, false, err
+	}
+	if _, err := d.root.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	data, _, err := readRegular(d.root, p, maxBytes)
+	if err != nil {
+		return nil, false, fmt.Errorf("read %s: %w", p, err)
+	}
+	return data, true, nil
+}
+
+// Write replaces file p with data, creating its folders, and returns the file's
+// modification time as written.
+func (d *Dir) Write(p string, data []byte) (time.Time, error) {
+	if err := d.checkNoLinks(p); err != nil {
+		return time.Time{}, err
+	}
+	dir := path.Dir(p)
+	if dir != "." && !d.known(dir) {
+		if err := d.root.MkdirAll(dir, 0o755); err != nil {
+			return time.Time{}, fmt.Errorf("create folder %s: %w", dir, writeErr(err))
+		}
+		// Checked again, now that it exists: MkdirAll follows a link planted meanwhile.
+		if err := d.checkNoLinks(dir + "/x"); err != nil {
+			return time.Time{}, err
+		}
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	// Hidden, so a load that runs meanwhile ignores it.
+	tmp := path.Join(dir, ".quarry-"+hex.EncodeToString(rnd[:])+".tmp")
+	f, err := d.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("write %s: %w", p, writeErr(err))
+	}
+	_, err = f.Write(data)
+	if err == nil && !d.lazy {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = d.root.Rename(tmp, p)
+	}
+	if err != nil {
+		_ = d.root.Remove(tmp)
+		return time.Time{}, fmt.Errorf("write %s: %w", p, writeErr(err))
+	}
+	fi, err := d.root.Lstat(p)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("stat %s: %w", p, err)
+	}
+	return fi.ModTime(), nil
+}
+
+// Remove deletes file p; a missing file is no error.
+func (d *Dir) Remove(p string) error {
+	if err := d.checkNoLinks(p); err != nil {
+		return err
+	}
+	if err := d.root.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", p, writeErr(err))
+	}
+	return nil
+}
+
+// Lstat describes p without following a link.
+func (d *Dir) Lstat(p string) (fs.FileInfo, error) { return d.root.Lstat(p) }
+
+// ModTime returns the modification time of file p.
+func (d *Dir) ModTime(p string) (time.Time, error) {
+	fi, err := d.root.Lstat(p)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return fi.ModTime(), nil
+}
+
+// writeErr marks errors that mean the folder cannot be written at all.
+func writeErr(err error) error {
+	if errors.Is(err, syscall.EROFS) || errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("%w: %w", ErrReadOnly, err)
+	}
+	return err
+}

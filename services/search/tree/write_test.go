@@ -1,0 +1,145 @@
+package tree
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestCheckFilePath(t *testing.T) {
+	tests := []struct {
+		in, want string
+		err      error
+	}{
+		{"ops/pager.md", "ops/pager.md", nil},
+		{"./ops//pager.md", "ops/pager.md", nil},
+		{"ops/_archived/pager.stub.md", "ops/_archived/pager.stub.md", nil},
+		{"../x.md", "", ErrOutsideTree},
+		{"/etc/x.md", "", ErrOutsideTree},
+		{"ops/../../x.md", "", ErrOutsideTree},
+		{`ops\x.md`, "", ErrInvalidPath},
+		{"ops/x.txt", "", ErrNotKnowledgeFile},
+		{".md", "", ErrNotKnowledgeFile},
+		{"ops/.hidden.md", "", ErrNotKnowledgeFile},
+		{".git/x.md", "", ErrNotKnowledgeFile},
+		{"", "", ErrNotKnowledgeFile},
+	}
+	for _, tt := range tests {
+		got, err := CheckFilePath(tt.in, DefaultConfig())
+		if !errors.Is(err, tt.err) || got != tt.want {
+			t.Errorf("CheckFilePath(%q) = %q, %v; want %q, %v", tt.in, got, err, tt.want, tt.err)
+		}
+	}
+	deep := DefaultConfig()
+	deep.MaxDepth = 2
+	if _, err := CheckFilePath("a/b/c/x.md", deep); !errors.Is(err, ErrNotKnowledgeFile) {
+		t.Errorf("a path deeper than MaxDepth = %v, want ErrNotKnowledgeFile", err)
+	}
+}
+
+func TestArchiveAndRestorePathsRoundTrip(t *testing.T) {
+	for _, p := range []string{"ops/pager.md", "pager.md", "a/b/c.md"} {
+		stub, orig := ArchivePaths(p)
+		if !IsStub(stub) || !IsArchivedOriginal(orig) || IsArchivedOriginal(stub) || IsStub(orig) {
+			t.Errorf("ArchivePaths(%q) = %q, %q: wrong kinds", p, stub, orig)
+		}
+		for _, q := range []string{stub, orig} {
+			if back, ok := RestorePath(q); !ok || back != p {
+				t.Errorf("RestorePath(%q) = %q, %v; want %q", q, back, ok, p)
+			}
+		}
+	}
+	if _, ok := RestorePath("ops/pager.md"); ok {
+		t.Error("RestorePath of a plain file succeeded")
+	}
+}
+
+func TestDirRefusesSymlinksAndWritesAtomically(t *testing.T) {
+	root, outside := t.TempDir(), t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(root, "out")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(outside, "f.md"), filepath.Join(root, "f.md")); err != nil {
+		t.Fatal(err)
+	}
+	d, err := OpenDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, p := range []string{"out/x.md", "f.md"} {
+		if _, err := d.Write(p, []byte("x")); !errors.Is(err, ErrSymlink) {
+			t.Errorf("Write(%s) = %v, want ErrSymlink", p, err)
+		}
+		if err := d.Remove(p); !errors.Is(err, ErrSymlink) {
+			t.Errorf("Remove(%s) = %v, want ErrSymlink", p, err)
+		}
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Errorf("a write went through a link: %v", entries)
+	}
+	mtime, err := d.Write("a/b/new.md", []byte("# New\n"))
+	if err != nil || mtime.IsZero() {
+		t.Fatalf("Write = %v, %v", mtime, err)
+	}
+	data, ok, err := d.Read("a/b/new.md", 1<<20)
+	if err != nil || !ok || string(data) != "# New\n" {
+		t.Errorf("Read = %q, %v, %v", data, ok, err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(root, "a", "b"))
+	if len(entries) != 1 {
+		t.Errorf("folder holds %d entries after a write, want the file alone (no temporary left)", len(entries))
+	}
+	if err := d.Remove("a/b/new.md"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := d.Read("a/b/new.md", 1<<20); ok {
+		t.Error("file still there after Remove")
+	}
+	if err := d.Remove("a/b/new.md"); err != nil {
+		t.Errorf("removing a missing file = %v, want nil", err)
+	}
+}
+
+func TestWithReplacesAddsAndRemovesDocuments(t *testing.T) {
+	base := New("root", []*Document{{Path: "a/x.md", Title: "x"}, {Path: "a/y.md", Title: "y"}, {Path: "b/z.md", Title: "z"}})
+	base.Skipped = []Skip{{Path: "a/w.md", Reason: "bad"}, {Path: "c/v.md", Reason: "bad"}}
+	next := base.With([]*Document{{Path: "a/x.md", Title: "x2"}, {Path: "a/w.md", Title: "w"}}, []string{"b/z.md"})
+	var got []string
+	for _, d := range next.Docs {
+		got = append(got, d.Path+"="+d.Title)
+	}
+	if want := []string{"a/w.md=w", "a/x.md=x2", "a/y.md=y"}; !slices.Equal(got, want) {
+		t.Errorf("docs = %v, want %v", got, want)
+	}
+	if len(next.Skipped) != 1 || next.Skipped[0].Path != "c/v.md" {
+		t.Errorf("skipped = %v, want only c/v.md (a/w.md is now loaded)", next.Skipped)
+	}
+	if !slices.Equal(next.Domains(), []string{"a"}) {
+		t.Errorf("domains = %v, want [a]", next.Domains())
+	}
+	if len(base.Docs) != 3 || base.ByPath["a/x.md"].Title != "x" {
+		t.Error("With changed the tree it was called on")
+	}
+}
+
+func TestParseFileHashesTheBytesAndRejectsWhatLoadSkips(t *testing.T) {
+	d, err := ParseFile("root", "a.md", []byte("# A\n"), time.Unix(0, 0), DefaultConfig())
+	if err != nil || d.Hash == "" || d.Title != "A" {
+		t.Fatalf("ParseFile = %+v, %v", d, err)
+	}
+	small := DefaultConfig()
+	small.MaxFileBytes, small.MaxFrontMatterBytes = 10, 5
+	for _, data := range []string{"# far too long a file\n", "# x\xff\n"} {
+		cfg := DefaultConfig()
+		if len(data) > 10 {
+			cfg = small
+		}
+		if _, err := ParseFile("root", "a.md", []byte(data), time.Unix(0, 0), cfg); !errors.Is(err, ErrRejected) {
+			t.Errorf("ParseFile(%q) = %v, want ErrRejected", data, err)
+		}
+	}
+}
