@@ -108,6 +108,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.Agent, "agent-listen", "127.0.0.1:7702", "agent service address")
 	fs.StringVar(&cfg.KBRoot, "kb-root", "examples/kb", "folder whose subfolders are the knowledge bases to serve")
 	fs.BoolVar(&cfg.Demo, "demo", true, "ask one question per tier after start-up and print the answers")
+	inPlace := fs.Bool("in-place", false, "serve -kb-root itself, so KnowledgeService writes change it (default: serve a temporary copy)")
 	fs.TextVar(&cfg.LogLevel, "log-level", slog.LevelWarn, "log level of the services (debug, info, warn, error)")
 	var llmCfg llm.Config
 	llmCfg.RegisterFlags(fs)
@@ -117,6 +118,20 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.AgentArgs = llmArgs(fs)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	began := time.Now()
+	if !*inPlace {
+		// The write side and the folder watcher would otherwise edit the repository's
+		// example knowledge base.
+		tmp, err := os.MkdirTemp("", "quarry-up-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		if err := os.CopyFS(tmp, os.DirFS(cfg.KBRoot)); err != nil {
+			return fmt.Errorf("copy %s to serve it (pass -in-place to serve it as it is): %w", cfg.KBRoot, err)
+		}
+		fmt.Fprintf(stdout, "Serving a copy of %s in %s (-in-place serves and writes the folder itself)\n", cfg.KBRoot, tmp)
+		cfg.KBRoot = tmp
+	}
 	sys, err := start(ctx, cfg, log)
 	if err != nil {
 		return err
