@@ -18,6 +18,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/quarry-router/quarry/services/agent/loop"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 )
 
 // OpenAI is a loop.Provider for an OpenAI-compatible endpoint.
@@ -39,6 +40,9 @@ func New(cfg Config, opts ...option.RequestOption) *OpenAI {
 		// The client retries only the opening of a stream and never a timed-out
 		// attempt; Chat retries whole calls itself (see retryable).
 		option.WithMaxRetries(0),
+		// One span per HTTP call to the model, in the query's trace, with the W3C
+		// trace context passed on (an instrumented LLM gateway continues the trace).
+		option.WithHTTPClient(&http.Client{Transport: otelhttp.NewTransport(http.DefaultTransport)}),
 	}
 	return &OpenAI{cfg: cfg, client: openai.NewClient(append(base, opts...)...)}
 }

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/telemetry"
+	"github.com/quarry-router/quarry/services/agent/llm/llmtest"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// TestOneTraceSpansTheChain asks a T4 question over real gRPC sockets with an in-memory
+// span exporter and checks that gateway, search, agent and the LLM call all record into
+// ONE trace, each hop's server span a child of the caller's client span.
+func TestOneTraceSpansTheChain(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tel, err := telemetry.Setup(context.Background(), telemetry.Config{Service: "quarry-test", SpanExporter: exp, Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		tel.Shutdown(context.Background())
+		otel.SetTracerProvider(noop.NewTracerProvider())
+	})
+
+	srv := llmtest.New(t,
+		llmtest.Turn{ToolCalls: []llmtest.Call{{Name: "search", Arguments: `{"query":"on-call paging alert routing"}`}}},
+		llmtest.Turn{ToolCalls: []llmtest.Call{{Name: "read_document", Arguments: `{"path":"observability/alerts/alert-routing.md"}`}}},
+		llmtest.Turn{Content: "Alerts page the owning team's on-call engineer."},
+	)
+	gw, _ := startLLMSystem(t, scriptedArgs(srv)...)
+	exp.Reset() // start-up traffic (generation watch) is not part of the query
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := gw.Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: llmKB, Query: "What is our on-call process?"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Tier != quarryv1.Tier_TIER_AGENTIC || resp.Degraded {
+		t.Fatalf("tier %v degraded %v, want an AGENTIC LLM answer", resp.Tier, resp.Degraded)
+	}
+
+	// Server spans end after the response is written; wait for the gateway's.
+	deadline := time.Now().Add(5 * time.Second)
+	var spans tracetest.SpanStubs
+	for time.Now().Before(deadline) {
+		spans = exp.GetSpans()
+		if hasSpan(spans, "quarry.v1.QueryService/Query", trace.SpanKindServer) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	root := find(spans, "quarry.v1.QueryService/Query", trace.SpanKindServer)
+	if root == nil {
+		t.Fatalf("no gateway server span among %d spans", len(spans))
+	}
+	byID := map[trace.SpanID]tracetest.SpanStub{}
+	for _, s := range spans {
+		if s.SpanContext.TraceID() != root.SpanContext.TraceID() {
+			continue
+		}
+		byID[s.SpanContext.SpanID()] = s
+	}
+	// Every hop must be in the query's trace.
+	for _, want := range []struct {
+		name string
+		kind trace.SpanKind
+	}{
+		{"quarry.v1.SearchService/Resolve", trace.SpanKindClient},
+		{"quarry.v1.SearchService/Resolve", trace.SpanKindServer},
+		{"search.resolve", trace.SpanKindInternal},
+		{"quarry.v1.AgentService/Answer", trace.SpanKindClient},
+		{"quarry.v1.AgentService/Answer", trace.SpanKindServer},
+		{"quarry.v1.SearchService/Search", trace.SpanKindServer}, // the agent's search tool
+		{"quarry.v1.SearchService/ReadDocument", trace.SpanKindServer},
+	} {
+		s := findIn(byID, want.name, want.kind)
+		if s == nil {
+			t.Errorf("no %v span %q in the query's trace", want.kind, want.name)
+			continue
+		}
+		// The chain of parents leads back to the gateway's server span.
+		if !descends(byID, *s, root.SpanContext.SpanID()) {
+			t.Errorf("span %q does not descend from the gateway's server span", want.name)
+		}
+		if want.kind == trace.SpanKindServer {
+			parent, ok := byID[s.Parent.SpanID()]
+			if !ok || parent.SpanKind != trace.SpanKindClient {
+				t.Errorf("server span %q's parent is not a client span", want.name)
+			}
+		}
+	}
+	llmCalls := 0
+	for _, s := range byID {
+		if s.SpanKind == trace.SpanKindClient && strings.HasPrefix(s.Name, "HTTP ") {
+			llmCalls++
+		}
+	}
+	if llmCalls != 3 {
+		t.Errorf("%d LLM HTTP spans in the trace, want 3", llmCalls)
+	}
+}
+
+func hasSpan(spans tracetest.SpanStubs, name string, kind trace.SpanKind) bool {
+	return find(spans, name, kind) != nil
+}
+
+func find(spans tracetest.SpanStubs, name string, kind trace.SpanKind) *tracetest.SpanStub {
+	for i := range spans {
+		if spans[i].Name == name && spans[i].SpanKind == kind {
+			return &spans[i]
+		}
+	}
+	return nil
+}
+
+func findIn(byID map[trace.SpanID]tracetest.SpanStub, name string, kind trace.SpanKind) *tracetest.SpanStub {
+	for _, s := range byID {
+		if s.Name == name && s.SpanKind == kind {
+			return &s
+		}
+	}
+	return nil
+}
+
+func descends(byID map[trace.SpanID]tracetest.SpanStub, s tracetest.SpanStub, root trace.SpanID) bool {
+	for range 64 {
+		p := s.Parent.SpanID()
+		if p == root {
+			return true
+		}
+		next, ok := byID[p]
+		if !ok {
+			return false
+		}
+		s = next
+	}
+	return false
+}
