@@ -1,0 +1,257 @@
+// Package auth checks Quarry's callers: API keys sent as "authorization: Bearer <key>",
+// each allowed a set of knowledge bases with read or write rights. Keys are kept and
+// compared only as SHA-256 hashes, in constant time.
+package auth
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// Right is what a key may do with a knowledge base.
+type Right int
+
+// Rights, weakest first; Write implies Read.
+const (
+	Read Right = iota + 1
+	Write
+)
+
+// Key is one API key's grant, as configured.
+type Key struct {
+	// Name identifies the key in logs (never the key itself).
+	Name string `json:"name"`
+	// SHA256 is the hex SHA-256 of the key.
+	SHA256 string `json:"sha256"`
+	// KnowledgeBases the key may use; "*" means all.
+	KnowledgeBases []string `json:"knowledge_bases"`
+	// Write allows the write side (KnowledgeService) as well as queries.
+	Write bool `json:"write"`
+}
+
+// Policy decides who may do what. The zero Policy (no keys) is open.
+type Policy struct {
+	keys []parsedKey
+	// writeMethods are the full gRPC method names that need the Write right.
+	writeMethods map[string]bool
+}
+
+type parsedKey struct {
+	Key
+	hash []byte
+}
+
+// HashKey returns the hex SHA-256 of an API key, the form keys are configured in.
+func HashKey(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(h[:])
+}
+
+// Load reads a JSON list of Keys from path.
+func Load(path string) ([]Key, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("auth keys: %w", err)
+	}
+	var keys []Key
+	if err := json.Unmarshal(raw, &keys); err != nil {
+		return nil, fmt.Errorf("auth keys %s: %w", path, err)
+	}
+	return keys, nil
+}
+
+// NewPolicy checks keys and returns the policy. writeMethods name the RPCs (full method
+// names, "/pkg.Service/Method", or "/pkg.Service/" for a whole service) that need Write.
+func NewPolicy(keys []Key, writeMethods ...string) (*Policy, error) {
+	p := &Policy{writeMethods: map[string]bool{}}
+	for _, m := range writeMethods {
+		p.writeMethods[m] = true
+	}
+	for i, k := range keys {
+		h, err := hex.DecodeString(k.SHA256)
+		if err != nil || len(h) != sha256.Size {
+			return nil, fmt.Errorf("auth key %d (%q): sha256 must be 64 hex characters", i, k.Name)
+		}
+		if len(k.KnowledgeBases) == 0 {
+			return nil, fmt.Errorf("auth key %d (%q): no knowledge_bases (use [\"*\"] for all)", i, k.Name)
+		}
+		p.keys = append(p.keys, parsedKey{Key: k, hash: h})
+	}
+	return p, nil
+}
+
+// Open reports whether the policy lets anyone in (no keys configured).
+func (p *Policy) Open() bool { return len(p.keys) == 0 }
+
+// CheckListen refuses an open policy on anything but a loopback address: an embedded
+// Quarry may run without keys on a laptop, never on a network.
+func (p *Policy) CheckListen(addr string) error {
+	if !p.Open() {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("listen %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("no API keys configured (-auth-keys): refusing to serve openly on %s; listen on loopback or configure keys", addr)
+}
+
+// Errors of Authorize; the interceptors turn them into UNAUTHENTICATED and
+// PERMISSION_DENIED.
+var (
+	ErrUnauthenticated = errors.New("missing or unknown API key")
+	ErrDenied          = errors.New("not allowed")
+)
+
+// Authorize checks that the bearer key in ctx may call method on knowledge base kb.
+func (p *Policy) Authorize(ctx context.Context, method, kb string) (name string, err error) {
+	if p.Open() {
+		return "", nil
+	}
+	key, ok := bearer(ctx)
+	if !ok {
+		return "", ErrUnauthenticated
+	}
+	sum := sha256.Sum256([]byte(key))
+	var match *parsedKey
+	// Compare against every key, in constant time, so timing tells nothing.
+	for i := range p.keys {
+		if subtle.ConstantTimeCompare(sum[:], p.keys[i].hash) == 1 {
+			match = &p.keys[i]
+		}
+	}
+	if match == nil {
+		return "", ErrUnauthenticated
+	}
+	if p.needsWrite(method) && !match.Write {
+		return match.Name, ErrDenied
+	}
+	// An empty kb (e.g. listing knowledge bases) needs a key, nothing more.
+	if kb != "" && !slices.Contains(match.KnowledgeBases, "*") && !slices.Contains(match.KnowledgeBases, kb) {
+		return match.Name, ErrDenied
+	}
+	return match.Name, nil
+}
+
+func (p *Policy) needsWrite(method string) bool {
+	if p.writeMethods[method] {
+		return true
+	}
+	if i := strings.LastIndexByte(method, '/'); i > 0 {
+		return p.writeMethods[method[:i+1]]
+	}
+	return false
+}
+
+func bearer(ctx context.Context) (string, bool) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		if k, ok := strings.CutPrefix(v, "Bearer "); ok && k != "" {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+// knowledgeBase finds the knowledge base a request names: every Quarry request has a
+// knowledge_base field, or wraps a message that has one (QueryStreamRequest).
+func knowledgeBase(req any) string {
+	m, ok := req.(proto.Message)
+	if !ok {
+		return ""
+	}
+	return kbField(m.ProtoReflect(), 1)
+}
+
+func kbField(m protoreflect.Message, depth int) string {
+	fields := m.Descriptor().Fields()
+	if fd := fields.ByName("knowledge_base"); fd != nil && fd.Kind() == protoreflect.StringKind {
+		return m.Get(fd).String()
+	}
+	if depth == 0 {
+		return ""
+	}
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if fd.Kind() == protoreflect.MessageKind && !fd.IsList() && !fd.IsMap() && m.Has(fd) {
+			if kb := kbField(m.Get(fd).Message(), depth-1); kb != "" {
+				return kb
+			}
+		}
+	}
+	return ""
+}
+
+func toStatus(err error) error {
+	switch {
+	case errors.Is(err, ErrUnauthenticated):
+		return status.Error(codes.Unauthenticated, "missing or unknown API key (send authorization: Bearer <key>)")
+	case errors.Is(err, ErrDenied):
+		// No hint whether the knowledge base exists.
+		return status.Error(codes.PermissionDenied, "this API key may not do that")
+	default:
+		return status.Error(codes.Internal, "authorization failed")
+	}
+}
+
+// UnaryInterceptor authorizes each unary call on the knowledge base its request names.
+func (p *Policy) UnaryInterceptor(skip func(method string) bool) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if p.Open() || (skip != nil && skip(info.FullMethod)) {
+			return handler(ctx, req)
+		}
+		if _, err := p.Authorize(ctx, info.FullMethod, knowledgeBase(req)); err != nil {
+			return nil, toStatus(err)
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamInterceptor authorizes streaming calls: the key when the stream opens, and the
+// knowledge base of every message the client sends.
+func (p *Policy) StreamInterceptor(skip func(method string) bool) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if p.Open() || (skip != nil && skip(info.FullMethod)) {
+			return handler(srv, ss)
+		}
+		if _, err := p.Authorize(ss.Context(), info.FullMethod, ""); err != nil {
+			return toStatus(err)
+		}
+		return handler(srv, &checkedStream{ServerStream: ss, p: p, method: info.FullMethod})
+	}
+}
+
+type checkedStream struct {
+	grpc.ServerStream
+	p      *Policy
+	method string
+}
+
+func (s *checkedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if _, err := s.p.Authorize(s.Context(), s.method, knowledgeBase(m)); err != nil {
+		return toStatus(err)
+	}
+	return nil
+}
