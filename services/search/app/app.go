@@ -16,6 +16,7 @@ import (
 	"time"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/auth"
 	"github.com/quarry-router/quarry/platform/config"
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/quarry-router/quarry/platform/telemetry"
@@ -29,16 +30,20 @@ type Config struct {
 	Listen string
 	// MetricsAddr serves Prometheus /metrics when set.
 	MetricsAddr string
-	KBs         kbFlag
-	KBRoot      string
-	Load        kb.Config
-	Resolve     resolve.Config
+	// AuthKeys is a JSON file of API keys (platform/auth.Key); empty leaves the service
+	// open, as an internal service behind network policies may be.
+	AuthKeys string
+	KBs      kbFlag
+	KBRoot   string
+	Load     kb.Config
+	Resolve  resolve.Config
 }
 
 // RegisterFlags registers every flag with its default.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:7701", "address to serve the SearchService on (host:port)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", `address to serve Prometheus /metrics on ("" = off)`)
+	fs.StringVar(&c.AuthKeys, "auth-keys", "", `JSON file of API keys allowed to call (name, sha256, knowledge_bases, write); "" = no key needed`)
 	fs.Var(&c.KBs, "kb", "knowledge base to serve as id=folder (repeatable)")
 	fs.StringVar(&c.KBRoot, "kb-root", "", "folder whose subfolders are knowledge bases, each named after its folder")
 	c.Load.RegisterFlags(fs)
@@ -139,7 +144,11 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	s := grpcx.NewServer(log)
+	policy, err := loadPolicy(cfg.AuthKeys)
+	if err != nil {
+		return err
+	}
+	s := grpcx.NewServer(log, grpcx.WithAuth(policy)...)
 	quarryv1.RegisterSearchServiceServer(s.Server, server.New(reg, resolve.New(cfg.Resolve, reg, time.Now), log))
 	quarryv1.RegisterKnowledgeServiceServer(s.Server, server.NewKnowledge(reg, log))
 	s.SetServing(quarryv1.SearchService_ServiceDesc.ServiceName)
@@ -171,6 +180,18 @@ func (c *Config) knowledgeBases() (map[string]string, error) {
 		return nil, fmt.Errorf("no knowledge base found under -kb-root %s", c.KBRoot)
 	}
 	return out, nil
+}
+
+// loadPolicy reads the API keys; the KnowledgeService needs the write right.
+func loadPolicy(path string) (*auth.Policy, error) {
+	var keys []auth.Key
+	if path != "" {
+		var err error
+		if keys, err = auth.Load(path); err != nil {
+			return nil, fmt.Errorf("-auth-keys: %w", err)
+		}
+	}
+	return auth.NewPolicy(keys, "/"+quarryv1.KnowledgeService_ServiceDesc.ServiceName+"/")
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -1,0 +1,94 @@
+package app
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/auth"
+	"github.com/quarry-router/quarry/platform/grpcx"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// TestAPIKeys runs the search service with API keys over a real socket: reads need a
+// key allowed the knowledge base, writes the write right, and a forbidden knowledge
+// base looks the same whether it exists or not.
+func TestAPIKeys(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys.json")
+	if err := os.WriteFile(keys, []byte(`[
+  {"name": "reader", "sha256": "`+auth.HashKey("read-key")+`", "knowledge_bases": ["platform"]},
+  {"name": "other", "sha256": "`+auth.HashKey("other-key")+`", "knowledge_bases": ["payments"]},
+  {"name": "writer", "sha256": "`+auth.HashKey("write-key")+`", "knowledge_bases": ["*"], "write": true}
+]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"-listen", "127.0.0.1:0", "-kb", "platform=../../../examples/kb/platform", "-auth-keys", keys, "-watch=false"},
+			slog.New(slog.NewTextHandler(io.Discard, nil)), func(a net.Addr) { ready <- a })
+	}()
+	var addr net.Addr
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-done })
+
+	call := func(key string, f func(context.Context, quarryv1.SearchServiceClient, quarryv1.KnowledgeServiceClient) error) codes.Code {
+		var opts []grpc.DialOption
+		if key != "" {
+			opts = append(opts, grpcx.WithBearer(key))
+		}
+		conn, err := grpcx.Dial(addr.String(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ccancel()
+		return status.Code(f(cctx, quarryv1.NewSearchServiceClient(conn), quarryv1.NewKnowledgeServiceClient(conn)))
+	}
+	resolve := func(kb string) func(context.Context, quarryv1.SearchServiceClient, quarryv1.KnowledgeServiceClient) error {
+		return func(ctx context.Context, s quarryv1.SearchServiceClient, _ quarryv1.KnowledgeServiceClient) error {
+			_, err := s.Resolve(ctx, &quarryv1.ResolveRequest{KnowledgeBase: kb, Query: "rotate the jwt signing key"})
+			return err
+		}
+	}
+	del := func(ctx context.Context, _ quarryv1.SearchServiceClient, k quarryv1.KnowledgeServiceClient) error {
+		_, err := k.DeleteFile(ctx, &quarryv1.DeleteFileRequest{KnowledgeBase: "platform", Path: "no/such/file.md"})
+		return err
+	}
+	tests := []struct {
+		name string
+		key  string
+		call func(context.Context, quarryv1.SearchServiceClient, quarryv1.KnowledgeServiceClient) error
+		want codes.Code
+	}{
+		{"a reader reads its knowledge base", "read-key", resolve("platform"), codes.OK},
+		{"no key is UNAUTHENTICATED", "", resolve("platform"), codes.Unauthenticated},
+		{"an unknown key is UNAUTHENTICATED", "guess", resolve("platform"), codes.Unauthenticated},
+		{"another team's key is PERMISSION_DENIED", "other-key", resolve("platform"), codes.PermissionDenied},
+		{"a missing knowledge base looks forbidden, not missing", "other-key", resolve("nosuchkb"), codes.PermissionDenied},
+		{"a reader may not write", "read-key", del, codes.PermissionDenied},
+		{"a writer gets past auth to the write side", "write-key", del, codes.NotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := call(tt.key, tt.call); got != tt.want {
+				t.Fatalf("code = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
