@@ -18,6 +18,7 @@ import (
 	"github.com/quarry-router/quarry/services/agent/server"
 	"github.com/quarry-router/quarry/services/agent/tools"
 	"github.com/quarry-router/quarry/services/agent/upstream"
+	"google.golang.org/grpc"
 )
 
 // Config is the agent service's whole configuration.
@@ -26,6 +27,9 @@ type Config struct {
 	Listen string
 	// SearchAddr is the search service's gRPC target, which serves the tools.
 	SearchAddr string
+	// SearchKey is the service credential the agent presents to the search service
+	// when that one requires API keys (-auth-keys there).
+	SearchKey string
 
 	LLM   llm.Config
 	Loop  loop.Config
@@ -36,6 +40,7 @@ type Config struct {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:7702", "address to serve the AgentService on (host:port)")
 	fs.StringVar(&c.SearchAddr, "search-addr", "127.0.0.1:7701", "gRPC address of the search service (the agent's read-only tools)")
+	fs.StringVar(&c.SearchKey, "search-key", "", "API key to present to the search service (when it requires keys); never logged")
 	c.LLM.RegisterFlags(fs)
 	c.Loop.RegisterFlags(fs)
 	c.Tools.RegisterFlags(fs)
@@ -72,7 +77,11 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 
 	var answerer server.Answerer
 	if cfg.LLM.Enabled() {
-		conn, err := grpcx.Dial(cfg.SearchAddr)
+		var opts []grpc.DialOption
+		if cfg.SearchKey != "" {
+			opts = append(opts, grpcx.WithBearer(cfg.SearchKey))
+		}
+		conn, err := grpcx.Dial(cfg.SearchAddr, opts...)
 		if err != nil {
 			return err
 		}
