@@ -4,6 +4,8 @@
 //	quarry query [-kb K] "question"    ask a running gateway
 //	quarry genkb -out DIR -files N     write a synthetic knowledge base for benchmarks
 //	quarry bench [-c 64 -d 30s]        load generator with a report per tier
+//	quarry eval -kb DIR questions.jsonl routing quality on labelled questions
+//	quarry devset -out DIR             write the Go standard library dev set
 package main
 
 import (
@@ -22,6 +24,8 @@ commands:
   query    ask a running gateway a question
   genkb    write a synthetic knowledge base (for benchmarks)
   bench    load a gateway (or an embedded Quarry) and report qps and p50/p95/p99 per tier
+  eval     route labelled questions and report precision, coverage, recall and cache hits
+  devset   write a labelled dev set from the Go standard library's documentation
 
 Run "quarry <command> -h" for the flags of a command.
 `
@@ -47,6 +51,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = genkb(args[1:], stdout)
 	case "bench":
 		err = benchCmd(ctx, args[1:], stdout, stderr)
+	case "eval":
+		err = evalCmd(ctx, args[1:], stdout, stderr)
+	case "devset":
+		err = devsetCmd(args[1:], stdout)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
