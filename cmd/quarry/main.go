@@ -22,6 +22,8 @@ const usage = `usage: quarry <command> [flags]
 commands:
   up       start the whole system in one process with embedded defaults and show it answering
   query    ask a running gateway a question
+  sync     upload a folder so a knowledge base equals it (search service's KnowledgeService)
+  archive  list (and archive) files whose importance fell below 35
   genkb    write a synthetic knowledge base (for benchmarks)
   bench    load a gateway (or an embedded Quarry) and report qps and p50/p95/p99 per tier
   eval     route labelled questions and report precision, coverage, recall and cache hits
@@ -51,6 +53,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = genkb(args[1:], stdout)
 	case "bench":
 		err = benchCmd(ctx, args[1:], stdout, stderr)
+	case "sync":
+		err = syncCmd(ctx, args[1:], stdout, stderr)
+	case "archive":
+		err = archiveCmd(ctx, args[1:], stdout)
 	case "eval":
 		err = evalCmd(ctx, args[1:], stdout, stderr)
 	case "devset":

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/schollz/progressbar/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+)
+
+// knowledgeClient dials the search service's KnowledgeService, with an API key when
+// one is given (flag or QUARRY_API_KEY).
+func knowledgeClient(addr, key string) (quarryv1.KnowledgeServiceClient, func(), error) {
+	if key == "" {
+		key = os.Getenv("QUARRY_API_KEY")
+	}
+	var opts []grpc.DialOption
+	if key != "" {
+		opts = append(opts, grpcx.WithBearer(key))
+	}
+	conn, err := grpcx.Dial(addr, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return quarryv1.NewKnowledgeServiceClient(conn), func() { conn.Close() }, nil
+}
+
+// syncCmd is "quarry sync DIR -kb K": upload a local tree so the knowledge base equals
+// it (files added, changed and removed), with a progress bar and a summary.
+func syncCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sync", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:7701", "search service (KnowledgeService) address")
+	kbID := fs.String("kb", "", "knowledge base to sync into (created if new)")
+	keep := fs.Bool("keep-missing", false, "keep files the knowledge base has and the folder does not")
+	key := fs.String("api-key", "", "API key with the write right (default $QUARRY_API_KEY)")
+	timeout := fs.Duration("timeout", 10*time.Minute, "deadline for the whole sync")
+	if err := fs.Parse(reorderArgs(args)); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 || *kbID == "" {
+		return errors.New("usage: quarry sync DIR -kb K")
+	}
+	dir := fs.Arg(0)
+	files, skipped, err := collect(dir)
+	if err != nil {
+		return err
+	}
+	for _, s := range skipped {
+		fmt.Fprintf(stderr, "skipped %s\n", s)
+	}
+	kc, closeConn, err := knowledgeClient(*addr, *key)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	stream, err := kc.SyncFiles(ctx)
+	if err != nil {
+		return statusError(err)
+	}
+	if err := stream.Send(&quarryv1.SyncFilesRequest{Message: &quarryv1.SyncFilesRequest_Header{Header: &quarryv1.SyncFilesHeader{KnowledgeBase: *kbID, KeepMissing: *keep}}}); err != nil {
+		return statusError(err)
+	}
+	bar := progressbar.NewOptions(len(files), progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("uploading"),
+		progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+	for _, p := range files {
+		data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(p)))
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(&quarryv1.SyncFilesRequest{Message: &quarryv1.SyncFilesRequest_File{File: &quarryv1.UploadedFile{Path: p, Content: data}}}); err != nil {
+			break // the server ended the stream; CloseAndRecv says why
+		}
+		_ = bar.Add(1)
+	}
+	_ = bar.Finish()
+	fmt.Fprintln(stderr, "indexing...")
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return statusError(err)
+	}
+	s := resp.GetSummary()
+	fmt.Fprintf(stdout, "synced %d files into %s: %d indexed, %d unchanged, %d removed, %d rejected; generation %d, %d documents\n",
+		len(files), *kbID, s.GetIndexed(), s.GetUnchanged(), s.GetRemoved(), s.GetRejected(), s.GetGeneration(), s.GetDocumentCount())
+	for _, f := range resp.GetFiles() {
+		if f.GetOutcome() == quarryv1.FileOutcome_FILE_OUTCOME_REJECTED {
+			fmt.Fprintf(stdout, "  rejected %s: %s\n", f.GetPath(), f.GetReason())
+		}
+	}
+	if s.GetRejected() > 0 {
+		return fmt.Errorf("%d files rejected", s.GetRejected())
+	}
+	return nil
+}
+
+// collect lists the markdown files under dir as slash paths; links and hidden entries
+// are left out (the service would refuse them anyway).
+func collect(dir string) (files, skipped []string, err error) {
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel == "." {
+			return nil
+		}
+		if strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			skipped = append(skipped, rel+" (symbolic link)")
+			return nil
+		}
+		if !d.IsDir() && strings.HasSuffix(d.Name(), ".md") {
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	return files, skipped, err
+}
+
+// archiveCmd is "quarry archive -kb K -suggest [-apply]": list the files whose
+// importance fell below the archive threshold, and archive them on request.
+func archiveCmd(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("archive", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:7701", "search service (KnowledgeService) address")
+	kbID := fs.String("kb", "", "knowledge base")
+	suggest := fs.Bool("suggest", false, "list archive candidates (importance below -below)")
+	below := fs.Float64("below", 35, "importance under which a file is a candidate")
+	limit := fs.Int("limit", 20, "most candidates listed")
+	apply := fs.Bool("apply", false, "archive the candidates listed")
+	key := fs.String("api-key", "", "API key with the write right (default $QUARRY_API_KEY)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *kbID == "" || !*suggest {
+		return errors.New("usage: quarry archive -kb K -suggest [-below 35] [-apply]")
+	}
+	kc, closeConn, err := knowledgeClient(*addr, *key)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	resp, err := kc.SuggestArchive(ctx, &quarryv1.SuggestArchiveRequest{KnowledgeBase: *kbID, BelowImportance: *below, Limit: int32(*limit)})
+	if err != nil {
+		return statusError(err)
+	}
+	if len(resp.GetCandidates()) == 0 {
+		fmt.Fprintf(stdout, "no file of %s is below importance %.0f\n", *kbID, *below)
+		return nil
+	}
+	for _, c := range resp.GetCandidates() {
+		fmt.Fprintf(stdout, "%6.1f  %-10s %s  %s\n", c.GetImportance(), strings.TrimPrefix(c.GetMaturity().String(), "MATURITY_"), c.GetPath(), c.GetTitle())
+		if *apply {
+			a, err := kc.ArchiveFile(ctx, &quarryv1.ArchiveFileRequest{KnowledgeBase: *kbID, Path: c.GetPath()})
+			if err != nil {
+				return statusError(err)
+			}
+			fmt.Fprintf(stdout, "        archived: stub %s\n", a.GetStubPath())
+		}
+	}
+	return nil
+}
+
+func statusError(err error) error {
+	st := status.Convert(err)
+	return fmt.Errorf("%s: %s", st.Code(), st.Message())
+}
+
+// reorderArgs lets flags follow the positional argument ("sync DIR -kb K"), which the
+// flag package alone does not.
+func reorderArgs(args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if strings.HasPrefix(a, "-") {
+			flags = append(flags, a)
+			if !strings.Contains(a, "=") && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") && a != "-keep-missing" && a != "--keep-missing" {
+				flags = append(flags, args[i+1])
+				i++
+			}
+			continue
+		}
+		pos = append(pos, a)
+	}
+	return append(flags, pos...)
+}
