@@ -95,6 +95,24 @@ build-standalone:
 unit:
 	@for m in $(MODULES); do (cd $$m && go test -count=1 ./...) || exit 1; done
 
+# The gateway's Redis cache is tested against a real redis-server, which the tests start
+# on a free loopback port; redis-deps installs it (apt, as root) when it is missing.
+.PHONY: redis-deps
+unit: redis-deps
+bench: redis-deps
+
+## redis-deps: install redis-server (apt-get, as root) for the Redis cache tests and benchmarks
+redis-deps:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "redis-deps: apt-get install redis-server"; log=$$(mktemp); \
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server; } >$$log 2>&1 \
+				|| { cat $$log; echo "redis-deps: apt-get install redis-server failed" >&2; exit 1; }; \
+			rm -f $$log; \
+		else \
+			echo "redis-deps: the Redis cache tests need redis-server on PATH: apt-get install -y redis-server (as root)" >&2; exit 1; \
+		fi; }
+
 # fuzz runs every fuzz target briefly on top of its seed corpus (the seeds already run
 # in unit); `make fuzz FUZZTIME=5m` digs deeper.
 FUZZTIME ?= 3s

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,6 +45,7 @@ type benchEnv struct {
 	store     *cache.Memory
 	questions []kbgen.Question
 	cached    []string // questions in the cache, as asked
+	search    string   // the search service's address (the Redis benchmarks start their own gateways)
 	indexTime time.Duration
 	echoP99   time.Duration
 }
@@ -86,7 +86,7 @@ func newBenchEnv() (*benchEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := &benchEnv{store: store, questions: m.Questions(benchFiles, 7), indexTime: time.Since(began)}
+	env := &benchEnv{store: store, questions: m.Questions(benchFiles, 7), search: sys.Search.String(), indexTime: time.Since(began)}
 	conn, err := grpcx.Dial(sys.Gateway.String())
 	if err != nil {
 		return nil, err
@@ -173,16 +173,18 @@ func BenchmarkSpeedBars(b *testing.B) {
 			return err
 		})
 	})
+	// Each question is asked at most once across the trial run and the measured one: a
+	// fuzzy hit's speculative search may finish first and store the reworded question,
+	// which would make asking it again an exact hit.
+	t0, t1 := newBenchPicker(1, len(e.cached)), newBenchPicker(3, len(e.cached))
 	b.Run("T0_exact", func(b *testing.B) {
-		r := rand.New(rand.NewPCG(1, 2))
 		e.measure(b, "T0 exact hit", func(int) error {
-			return askFor(quarryv1.Tier_TIER_EXACT_CACHE, e.cached[r.IntN(len(e.cached))])
+			return askFor(quarryv1.Tier_TIER_EXACT_CACHE, e.cached[t0.next()])
 		})
 	})
 	b.Run("T1_fuzzy_10k", func(b *testing.B) {
-		r := rand.New(rand.NewPCG(3, 4))
 		e.measure(b, "T1 fuzzy hit, 10k entries (same stems)", func(int) error {
-			return askFor(quarryv1.Tier_TIER_FUZZY_CACHE, reorder(e.cached[r.IntN(len(e.cached))]))
+			return askFor(quarryv1.Tier_TIER_FUZZY_CACHE, reorder(e.cached[t1.next()]))
 		})
 	})
 	b.Run("T2_direct_5000", func(b *testing.B) {

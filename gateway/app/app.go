@@ -32,8 +32,12 @@ type Config struct {
 	// AgentAddr is the agent service's gRPC target; "" runs without one, so questions
 	// routed to an LLM get degraded extractive answers.
 	AgentAddr string
+	// CacheBackend is where T0/T1 answers live: "memory" (in this process) or "redis"
+	// (shared by every replica that uses the same Redis and key prefix).
+	CacheBackend string
 
 	Cache       cache.Config
+	Redis       cache.RedisConfig
 	Route       route.Config
 	Generations generations.Config
 }
@@ -43,7 +47,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:7700", "host:port to serve the QueryService on")
 	fs.StringVar(&c.SearchAddr, "search-addr", "127.0.0.1:7701", "gRPC address of the search service")
 	fs.StringVar(&c.AgentAddr, "agent-addr", "", `gRPC address of the agent service ("" = none: LLM routes get degraded extractive answers)`)
+	fs.StringVar(&c.CacheBackend, "cache-backend", "memory", `where cached answers live: "memory" (this process) or "redis" (shared by every replica, see -redis-*)`)
 	c.Cache.RegisterFlags(fs)
+	c.Redis.RegisterFlags(fs)
 	c.Route.RegisterFlags(fs)
 	c.Generations.RegisterFlags(fs)
 }
@@ -56,7 +62,15 @@ func (c *Config) Validate() error {
 	if c.SearchAddr == "" {
 		return errors.New("-search-addr must be set")
 	}
-	return errors.Join(c.Cache.Validate(), c.Route.Validate(), c.Generations.Validate())
+	var backend error
+	switch c.CacheBackend {
+	case "memory":
+	case "redis":
+		backend = c.Redis.Validate()
+	default:
+		backend = fmt.Errorf(`-cache-backend %q: want "memory" or "redis"`, c.CacheBackend)
+	}
+	return errors.Join(backend, c.Cache.Validate(), c.Route.Validate(), c.Generations.Validate())
 }
 
 // Option changes what Run builds.
@@ -110,11 +124,31 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	}
 
 	watcher := generations.New(searchClient, cfg.Generations, log)
+	var gens route.Generations = watcher
+	var shared *generations.Shared
 	store := o.store
+	if cfg.CacheBackend == "redis" {
+		client, err := cfg.Redis.NewClient()
+		if err != nil {
+			return err
+		}
+		defer client.Close()
+		pctx, cancel := context.WithTimeout(ctx, cfg.Redis.DialTimeout)
+		if err := client.Ping(pctx).Err(); err != nil {
+			// Fail open: serve uncached until Redis is reachable.
+			log.Warn("redis not reachable at start; answering uncached until it is", "addr", cfg.Redis.Addr, "err", err)
+		}
+		cancel()
+		if store == nil {
+			store = cache.NewRedis(client, cfg.Cache, cfg.Redis, time.Now, log.With("component", "cache"))
+		}
+		shared = generations.NewShared(client, cfg.Redis.KeyPrefix, log.With("component", "generations"))
+		gens = generations.Combined{Local: watcher, Shared: shared}
+	}
 	if store == nil {
 		store = cache.NewMemory(cfg.Cache, time.Now)
 	}
-	router := route.New(cfg.Route, store, upstream.NewSearch(searchClient), agent, watcher, log)
+	router := route.New(cfg.Route, store, upstream.NewSearch(searchClient), agent, gens, log)
 
 	srv := grpcx.NewServer(log, server.Options()...)
 	quarryv1.RegisterQueryServiceServer(srv, server.New(router, log))
@@ -126,14 +160,28 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	log.Info("gateway starting", "addr", lis.Addr().String(), "search", cfg.SearchAddr, "agent", cfg.AgentAddr)
+	log.Info("gateway starting", "addr", lis.Addr().String(), "search", cfg.SearchAddr, "agent", cfg.AgentAddr, "cache", cfg.CacheBackend)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return watcher.Run(gctx) })
+	if shared != nil {
+		g.Go(func() error { return shared.Run(gctx, watcher) })
+	}
 	g.Go(func() error { return srv.Serve(gctx, lis) })
 	g.Go(func() error {
 		if watcher.WaitReady(gctx) != nil {
 			return nil // shutting down before the first state arrived
+		}
+		if shared != nil {
+			// Learn the generations the other replicas use before answering; with Redis
+			// down, start anyway (fail open) on the search service's view.
+			t := time.NewTimer(cfg.Redis.DialTimeout)
+			select {
+			case <-shared.Synced():
+			case <-t.C:
+			case <-gctx.Done():
+			}
+			t.Stop()
 		}
 		srv.SetServing(service)
 		log.Info("gateway ready", "addr", lis.Addr().String())

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quarry-router/quarry/gateway/cache/redistest"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"go.uber.org/goleak"
@@ -115,6 +116,67 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	}
 }
 
+// startGateway runs a gateway with args until the test ends and returns a client.
+func startGateway(t *testing.T, args ...string) quarryv1.QueryServiceClient {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	addrs := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, args, log, func(a net.Addr) { addrs <- a }) }()
+	var addr net.Addr
+	select {
+	case addr = <-addrs:
+	case err := <-done:
+		cancel()
+		t.Fatalf("Run returned before it was ready: %v", err)
+	case <-time.After(10 * time.Second):
+		cancel()
+		t.Fatal("gateway not ready")
+	}
+	conn, err := grpcx.Dial(addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return quarryv1.NewQueryServiceClient(conn)
+}
+
+func TestRedisBackendIsSharedAndFailsOpen(t *testing.T) {
+	search := startSearch(t)
+	srv := redistest.Start(t)
+	redisArgs := []string{"-listen", "127.0.0.1:0", "-search-addr", search, "-cache-backend", "redis", "-redis-addr", srv.Addr, "-redis-timeout", "1s"}
+	a, b := startGateway(t, redisArgs...), startGateway(t, redisArgs...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ask := func(c quarryv1.QueryServiceClient, want quarryv1.Tier) {
+		t.Helper()
+		resp, err := c.Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "rotate keys"})
+		if err != nil || resp.GetTier() != want {
+			t.Fatalf("Query: %v, %v; want tier %v", resp, err, want)
+		}
+	}
+	ask(a, quarryv1.Tier_TIER_DIRECT)
+	ask(b, quarryv1.Tier_TIER_EXACT_CACHE)
+
+	// A gateway whose Redis is not there starts and answers, uncached.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowhere := lis.Addr().String()
+	lis.Close()
+	c := startGateway(t, "-listen", "127.0.0.1:0", "-search-addr", search, "-cache-backend", "redis", "-redis-addr", nowhere, "-redis-dial-timeout", "100ms")
+	ask(c, quarryv1.Tier_TIER_DIRECT)
+	ask(c, quarryv1.Tier_TIER_DIRECT)
+}
+
 func TestRunRejectsBadConfiguration(t *testing.T) {
 	cases := []struct {
 		name string
@@ -127,6 +189,10 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{"a fuzzy threshold above 1", []string{"-fuzzy-min", "1.5"}, [2]string{}, "-fuzzy-min"},
 		{"an unknown flag", []string{"-nope"}, [2]string{}, "nope"},
 		{"a malformed environment value", nil, [2]string{"QUARRY_GATEWAY_RESOLVE_TIMEOUT", "soon"}, "-resolve-timeout"},
+		{"an unknown cache backend", []string{"-cache-backend", "memcached"}, [2]string{}, "-cache-backend"},
+		{"a Redis address without a port", []string{"-cache-backend", "redis", "-redis-addr", "redis"}, [2]string{}, "-redis-addr"},
+		{"a zero Redis call timeout", []string{"-cache-backend", "redis"}, [2]string{"QUARRY_GATEWAY_REDIS_TIMEOUT", "0s"}, "-redis-timeout"},
+		{"a CA file without TLS", []string{"-cache-backend", "redis", "-redis-tls-ca", "ca.pem"}, [2]string{}, "-redis-tls-ca"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

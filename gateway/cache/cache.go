@@ -15,6 +15,11 @@ var ErrMiss = errors.New("cache: miss")
 // ErrTooLarge is returned by Put when an entry is larger than Config.MaxEntryBytes.
 var ErrTooLarge = errors.New("cache: entry too large")
 
+// ErrUnavailable is returned (wrapped with the cause) when a shared cache backend is
+// unreachable, too slow or refused by its circuit breaker. The caller answers uncached;
+// the store itself reports outages in its log, once per outage, so callers need not.
+var ErrUnavailable = errors.New("cache unavailable")
+
 // Entry is one cached answer. Entries are keyed by (KB, Generation, Query): an entry
 // filled under an older generation of a knowledge base never matches a newer one.
 type Entry struct {

@@ -87,7 +87,7 @@ func filledMemory(b *testing.B, c *benchCorpus) *cache.Memory {
 	return m
 }
 
-// reportP99 times calls of op one by one and reports their 99th percentile.
+// reportP99 times calls of op one by one and reports their median and 99th percentile.
 func reportP99(b *testing.B, calls int, op func(i int)) {
 	b.StopTimer()
 	d := make([]time.Duration, calls)
@@ -97,6 +97,7 @@ func reportP99(b *testing.B, calls int, op func(i int)) {
 		d[i] = time.Since(start)
 	}
 	slices.Sort(d)
+	b.ReportMetric(float64(d[len(d)/2].Nanoseconds()), "p50-ns")
 	b.ReportMetric(float64(d[len(d)*99/100].Nanoseconds()), "p99-ns")
 }
 

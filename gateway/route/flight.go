@@ -57,11 +57,14 @@ func (g *group[T]) join(ctx context.Context, key string, timeout time.Duration,
 		v, err := run(fctx, f.publish, fn)
 		f.val, f.err = v, err
 		g.mu.Lock()
-		if g.m[key] == f {
+		close(f.done)
+		// A successful flight stays joinable while callers still hold it: a caller whose
+		// cache lookup missed just before the flight stored its answer then joins it
+		// instead of starting the same work again. The last leave removes it.
+		if (err != nil || f.refs == 0) && g.m[key] == f {
 			delete(g.m, key)
 		}
 		g.mu.Unlock()
-		close(f.done)
 	}()
 	return f
 }
@@ -77,8 +80,8 @@ func run[T any](ctx context.Context, publish func(string), fn func(context.Conte
 	return fn(ctx, publish)
 }
 
-// leave detaches a caller; the last one to leave an unfinished flight cancels it and
-// removes it, so later callers start afresh instead of joining a cancelled flight.
+// leave detaches a caller; the last one to leave removes the flight, cancelling it if
+// unfinished, so later callers start afresh instead of joining a cancelled flight.
 func (g *group[T]) leave(key string, f *flight[T]) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -90,9 +93,9 @@ func (g *group[T]) leave(key string, f *flight[T]) {
 	case <-f.done:
 	default:
 		f.cancel()
-		if g.m[key] == f {
-			delete(g.m, key)
-		}
+	}
+	if g.m[key] == f {
+		delete(g.m, key)
 	}
 }
 

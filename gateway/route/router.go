@@ -455,6 +455,8 @@ func (r *Router) put(ctx context.Context, kb string, gen uint64, norm string, to
 		return true
 	case errors.Is(err, cache.ErrTooLarge):
 		r.log.DebugContext(ctx, "answer too large to cache", "kb", kb, "bytes", len(value))
+	case errors.Is(err, cache.ErrUnavailable):
+		// Logged once per outage by the store.
 	default:
 		r.log.WarnContext(ctx, "cache put failed", "kb", kb, "err", err)
 	}
@@ -517,7 +519,11 @@ func lookupOutcome(ctx context.Context, log *slog.Logger, tier string, err error
 	if errors.Is(err, cache.ErrMiss) {
 		return "miss"
 	}
-	log.WarnContext(ctx, "cache lookup failed", "tier", tier, "err", err)
+	// A shared cache that is down logs its outage once; a log line per query would
+	// bury it.
+	if !errors.Is(err, cache.ErrUnavailable) {
+		log.WarnContext(ctx, "cache lookup failed", "tier", tier, "err", err)
+	}
 	return "error: " + err.Error()
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
@@ -725,4 +726,61 @@ func TestUnreadableCacheEntryIsAMiss(t *testing.T) {
 		t.Fatalf("exact outcome %q, want the decode error", got)
 	}
 	wantTier(t, h.query("how do i rotate keys?"), quarryv1.Tier_TIER_EXACT_CACHE, quarryv1.Tier_TIER_DIRECT, true)
+}
+
+// unavailableStore is a shared cache that is down and says so.
+type unavailableStore struct{}
+
+func (unavailableStore) Get(context.Context, string, uint64, string) (*cache.Entry, error) {
+	return nil, fmt.Errorf("%w: redis: connection refused", cache.ErrUnavailable)
+}
+func (unavailableStore) Similar(context.Context, string, uint64, []string) (*cache.Entry, float64, error) {
+	return nil, 0, fmt.Errorf("%w: redis: connection refused", cache.ErrUnavailable)
+}
+func (unavailableStore) Put(context.Context, *cache.Entry) error {
+	return fmt.Errorf("%w: redis: connection refused", cache.ErrUnavailable)
+}
+
+// countingHandler counts log records at warning level and above.
+type countingHandler struct{ n atomic.Int64 }
+
+func (h *countingHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *countingHandler) Handle(context.Context, slog.Record) error {
+	h.n.Add(1)
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+
+func TestAnUnavailableCacheIsTracedButNotLoggedPerQuery(t *testing.T) {
+	cases := []struct {
+		name  string
+		store cache.Store
+		logs  bool
+	}{
+		{"a shared cache that is down logs its own outage", unavailableStore{}, false},
+		{"any other cache failure is logged", brokenStore{}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			gens := &fakeGens{gens: map[string]uint64{"kb": 1}}
+			res := &fakeResolver{}
+			res.set(canned(gens))
+			h := &countingHandler{}
+			r := New(DefaultConfig(), c.store, res, nil, gens, slog.New(h))
+			for range 10 {
+				resp, err := r.Query(context.Background(), &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "How do I rotate keys?", Explain: true}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ct := resp.GetExplain().GetCache()
+				if !strings.HasPrefix(ct.GetExact(), "error: ") || !strings.HasPrefix(ct.GetFuzzy(), "error: ") || ct.GetStored() {
+					t.Fatalf("cache trace %v, want both lookups marked as errors and nothing stored", ct)
+				}
+			}
+			if logged := h.n.Load() > 0; logged != c.logs {
+				t.Fatalf("%d warnings for 10 queries, want logged=%v", h.n.Load(), c.logs)
+			}
+		})
+	}
 }

@@ -176,6 +176,47 @@ func Run(t *testing.T, newStore NewStore) {
 		e.miss("kb", 1, "bigger answer")
 	})
 
+	t.Run("long queries are told apart and found whole", func(t *testing.T) {
+		e := setup(t, newStore, nil)
+		long := strings.Repeat("how do i rotate the signing keys of every service ", 20)
+		a, b := entry("kb", 1, long+"a", "rotate", "signing", "keys", "a1"), entry("kb", 1, long+"b", "rotate", "signing", "keys", "b1")
+		e.put(a)
+		e.put(b)
+		e.hit("kb", 1, long+"a")
+		e.hit("kb", 1, long+"b")
+		e.miss("kb", 1, long+"c")
+		got, _ := e.similar("kb", 1, "rotate", "signing", "keys", "a1")
+		if got.Query != long+"a" {
+			t.Fatalf("Similar found %.20q…, want the long query ending in a", got.Query)
+		}
+	})
+
+	t.Run("the value comes back byte for byte", func(t *testing.T) {
+		e := setup(t, newStore, nil)
+		en := entry("kb", 1, "binary answer", "binary", "answer")
+		en.Value = []byte{0, 1, 2, 0xff, 0xfe, 0, '\n', 'x'}
+		e.put(en)
+		got, err := e.store.Get(e.ctx, "kb", 1, "binary answer")
+		if err != nil || !bytes.Equal(got.Value, en.Value) {
+			t.Fatalf("Get = %v, %v; want the value %v", got, err, en.Value)
+		}
+		fz, _ := e.similar("kb", 1, "answer", "binary")
+		if !bytes.Equal(fz.Value, en.Value) || !slicesEqualSet(fz.Tokens, en.Tokens) {
+			t.Fatalf("Similar returned value %v tokens %q, want %v %q", fz.Value, fz.Tokens, en.Value, en.Tokens)
+		}
+	})
+
+	t.Run("an entry replaced with other tokens is found only by its new tokens", func(t *testing.T) {
+		e := setup(t, newStore, nil)
+		e.put(entry("kb", 1, "rotate keys now", "rotate", "signing", "keys"))
+		e.put(entry("kb", 1, "rotate keys now", "rotate", "keys", "now"))
+		e.noSimilar("kb", 1, "rotate", "signing", "keys", "weekly") // 2/5 against the new tokens
+		got, sim := e.similar("kb", 1, "rotate", "keys", "now")
+		if got.Query != "rotate keys now" || sim != 1 {
+			t.Fatalf("Similar = %q at %.3f, want the replaced entry at 1", got.Query, sim)
+		}
+	})
+
 	t.Run("fuzzy threshold", func(t *testing.T) {
 		cases := []struct {
 			name   string
@@ -292,4 +333,20 @@ func Run(t *testing.T, newStore NewStore) {
 		}
 		wg.Wait()
 	})
+}
+
+func slicesEqualSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		found := false
+		for _, y := range b {
+			found = found || x == y
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }

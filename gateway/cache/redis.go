@@ -1,0 +1,593 @@
+package cache
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisConfig says how to reach the Redis server that holds the cache every gateway
+// replica shares, and how long to wait for it.
+type RedisConfig struct {
+	// Addr is the server's host:port.
+	Addr string
+	// DB is the logical database to select.
+	DB int
+	// Username and Password authenticate (ACL user, or requirepass with no user).
+	Username, Password string
+	// TLS dials the server with TLS; TLSCAFile, if set, is the PEM bundle that signs its
+	// certificate (the system roots otherwise).
+	TLS       bool
+	TLSCAFile string
+	// PoolSize is the number of connections kept per gateway.
+	PoolSize int
+	// DialTimeout bounds establishing one connection.
+	DialTimeout time.Duration
+	// Timeout bounds every cache call, so a slow Redis adds at most this much to a
+	// lookup before the query is answered uncached.
+	Timeout time.Duration
+	// KeyPrefix starts every key and channel the gateway uses, so several deployments
+	// can share one server.
+	KeyPrefix string
+	// BreakerFailures consecutive failed calls trigger a health check of Redis; if that
+	// fails too, the circuit breaker opens and lets one call through every
+	// BreakerCooldown to see whether Redis is back.
+	BreakerFailures int
+	BreakerCooldown time.Duration
+	// PostingScan bounds how many members of one token's posting a fuzzy lookup reads
+	// (the most recently stored first), which bounds its cost whatever the vocabulary.
+	PostingScan int
+}
+
+// RegisterFlags registers the Redis flags with their defaults.
+func (c *RedisConfig) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "redis-addr", "127.0.0.1:6379", "Redis host:port (with -cache-backend redis)")
+	fs.IntVar(&c.DB, "redis-db", 0, "Redis logical database")
+	fs.StringVar(&c.Username, "redis-username", "", "Redis ACL user name (empty: default user)")
+	fs.StringVar(&c.Password, "redis-password", "", "Redis password (prefer the environment variable QUARRY_GATEWAY_REDIS_PASSWORD)")
+	fs.BoolVar(&c.TLS, "redis-tls", false, "connect to Redis over TLS")
+	fs.StringVar(&c.TLSCAFile, "redis-tls-ca", "", "PEM file of the CA that signs the Redis server certificate (default: system roots)")
+	fs.IntVar(&c.PoolSize, "redis-pool-size", 64, "Redis connections per gateway")
+	fs.DurationVar(&c.DialTimeout, "redis-dial-timeout", time.Second, "deadline of one Redis connection attempt")
+	fs.DurationVar(&c.Timeout, "redis-timeout", 10*time.Millisecond, "deadline of one Redis cache call; past it the query is answered uncached")
+	fs.StringVar(&c.KeyPrefix, "redis-key-prefix", "quarry:", "prefix of every Redis key and channel the gateway uses")
+	fs.IntVar(&c.BreakerFailures, "redis-breaker-failures", 5, "consecutive failed Redis calls that trigger a health check; if it fails too, cache calls stop until a probe succeeds")
+	fs.DurationVar(&c.BreakerCooldown, "redis-breaker-cooldown", time.Second, "how often one probe call tests whether Redis is back")
+	fs.IntVar(&c.PostingScan, "redis-posting-scan", 500, "most members of one token's posting a fuzzy lookup reads (newest first)")
+}
+
+// Validate rejects settings the Redis client cannot use, naming the flag.
+func (c *RedisConfig) Validate() error {
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fmt.Errorf("-redis-addr %q: want host:port: %w", c.Addr, err)
+	}
+	switch {
+	case c.DB < 0:
+		return fmt.Errorf("-redis-db must not be negative, got %d", c.DB)
+	case c.PoolSize < 1:
+		return fmt.Errorf("-redis-pool-size must be at least 1, got %d", c.PoolSize)
+	case c.DialTimeout <= 0:
+		return fmt.Errorf("-redis-dial-timeout must be positive, got %s", c.DialTimeout)
+	case c.Timeout <= 0:
+		return fmt.Errorf("-redis-timeout must be positive, got %s", c.Timeout)
+	case c.BreakerFailures < 1:
+		return fmt.Errorf("-redis-breaker-failures must be at least 1, got %d", c.BreakerFailures)
+	case c.BreakerCooldown <= 0:
+		return fmt.Errorf("-redis-breaker-cooldown must be positive, got %s", c.BreakerCooldown)
+	case c.PostingScan < 1:
+		return fmt.Errorf("-redis-posting-scan must be at least 1, got %d", c.PostingScan)
+	case c.TLSCAFile != "" && !c.TLS:
+		return errors.New("-redis-tls-ca needs -redis-tls")
+	}
+	return nil
+}
+
+// DefaultRedisConfig returns the flag defaults.
+func DefaultRedisConfig() RedisConfig {
+	var c RedisConfig
+	c.RegisterFlags(flag.NewFlagSet("redis", flag.ContinueOnError))
+	return c
+}
+
+// NewClient returns a client for c. It does not connect: connections are made on first
+// use and remade by the client whenever Redis comes back after an outage.
+func (c *RedisConfig) NewClient() (*redis.Client, error) {
+	opt := &redis.Options{
+		Addr:        c.Addr,
+		DB:          c.DB,
+		Username:    c.Username,
+		Password:    c.Password,
+		PoolSize:    c.PoolSize,
+		DialTimeout: c.DialTimeout,
+		// One dial attempt: the breaker, not the client, decides when to try again.
+		DialerRetries: 1,
+		// Per-call deadlines come from the context (see Redis.call); these only bound
+		// calls without one, and must leave room for the breaker's health check.
+		ReadTimeout:           max(c.Timeout, checkTimeout),
+		WriteTimeout:          max(c.Timeout, checkTimeout),
+		ContextTimeoutEnabled: true,
+		// A pooled connection that died with the server is retried once on a new one, at
+		// once: a backoff would outlast the per-call deadline.
+		MaxRetries:      1,
+		MinRetryBackoff: -1,
+		MaxRetryBackoff: -1,
+		// RESP2 and no CLIENT SETINFO: nothing on connect that older servers refuse.
+		Protocol:        2,
+		DisableIdentity: true,
+	}
+	if c.TLS {
+		host, _, _ := net.SplitHostPort(c.Addr)
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host}
+		if c.TLSCAFile != "" {
+			pem, err := os.ReadFile(c.TLSCAFile)
+			if err != nil {
+				return nil, fmt.Errorf("-redis-tls-ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("-redis-tls-ca %s: no PEM certificate in it", c.TLSCAFile)
+			}
+			tc.RootCAs = pool
+		}
+		opt.TLSConfig = tc
+	}
+	return redis.NewClient(opt), nil
+}
+
+// maxRawKeyPart is the longest query or token used verbatim in a key; longer ones are
+// hashed, which keeps keys and posting members short. The entry itself holds the full
+// query, so a hash collision is a miss, never a wrong answer.
+const maxRawKeyPart = 64
+
+// maxFuzzyFetch bounds how many of the best fuzzy candidates one lookup tries when the
+// best ones have been evicted since they were indexed.
+const maxFuzzyFetch = 8
+
+// Redis is the Store shared by every gateway replica.
+//
+// T0: one string per answer, key <prefix>e:<kb>:<generation>:<query>, holding the
+// encoded Entry, with a TTL. T1: per knowledge base, generation and token, a sorted set
+// <prefix>t:<kb>:<generation>:<token> scored by expiry — an inverted index that lives
+// and dies with the entries. Its members carry the entry's token count and a 3-byte
+// hash of each of its tokens before the query, so a candidate is scored from its member
+// alone. A fuzzy lookup is one Lua script that reads only the postings of the
+// query's rarest tokens (prefix filtering, bounded by PostingScan), scores each
+// candidate, and returns only the best one's entry. A sorted set <prefix>lru bounds the
+// entry count, least recently used first.
+//
+// Generations are part of every key: a bump makes every older entry unreachable
+// without deleting anything; those entries simply expire.
+type Redis struct {
+	c       redis.UniversalClient
+	cfg     Config
+	timeout time.Duration
+	scan    int
+	prefix  string
+	lruKey  string
+	seqKey  string
+	now     func() time.Time
+	br      *breaker
+	metrics *redisMetrics
+}
+
+var _ Store = (*Redis)(nil)
+
+// NewRedis returns a Store on client, which the caller owns and closes. now is the
+// clock of TTLs (time.Now in production); the replicas' clocks are assumed to agree to
+// well within the TTL, and Redis's own key expiry is the backstop.
+func NewRedis(client redis.UniversalClient, cfg Config, rcfg RedisConfig, now func() time.Time, log *slog.Logger) *Redis {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Redis{
+		c:       client,
+		cfg:     cfg,
+		timeout: rcfg.Timeout,
+		scan:    rcfg.PostingScan,
+		prefix:  rcfg.KeyPrefix,
+		lruKey:  rcfg.KeyPrefix + "lru",
+		seqKey:  rcfg.KeyPrefix + "seq",
+		now:     now,
+		br: newBreaker(rcfg.BreakerFailures, rcfg.BreakerCooldown,
+			func(ctx context.Context) error { return client.Ping(ctx).Err() }, log),
+		metrics: newRedisMetrics(),
+	}
+}
+
+// RedisStats counts what the store did since it was made.
+type RedisStats struct {
+	// Hits and Misses count lookups (exact and fuzzy) that Redis answered.
+	Hits, Misses int64
+	// BadEntries counts values that could not be decoded or did not belong to the key
+	// they were under; each was a miss as well.
+	BadEntries int64
+	// Stored counts answers put.
+	Stored int64
+	// Failures counts calls Redis did not answer in time or at all, or answered with an
+	// error; Skipped counts calls the circuit breaker kept from Redis. Both were answered
+	// uncached.
+	Failures, Skipped int64
+}
+
+// Stats returns the store's counters.
+func (r *Redis) Stats() RedisStats {
+	m := r.metrics
+	return RedisStats{
+		Hits:       m.sum(outcomeHit, opGet, opSimilar),
+		Misses:     m.sum(outcomeMiss, opGet, opSimilar) + m.sum(outcomeBadEntry, opGet, opSimilar),
+		BadEntries: m.sum(outcomeBadEntry, opGet, opSimilar),
+		Stored:     m.sum(outcomeStored, opPut),
+		Failures:   m.sum(outcomeError, opGet, opSimilar, opPut),
+		Skipped:    m.sum(outcomeSkipped, opGet, opSimilar, opPut),
+	}
+}
+
+// EntryKey returns the key under which the answer to query (normalised) is stored for
+// kb at gen; tests and benchmarks use it to reach an entry directly.
+func (r *Redis) EntryKey(kb string, gen uint64, query string) string {
+	return r.entryPrefix(kb, gen) + keyPart(query)
+}
+
+func (r *Redis) entryPrefix(kb string, gen uint64) string {
+	return r.prefix + "e:" + kb + ":" + strconv.FormatUint(gen, 10) + ":"
+}
+
+func (r *Redis) postingKey(kb string, gen uint64, token string) string {
+	return r.prefix + "t:" + kb + ":" + strconv.FormatUint(gen, 10) + ":" + keyPart(token)
+}
+
+// member is an entry's name in the postings: its token count (2 bytes, big-endian) and
+// token signature (3 bytes of hash per token), all a fuzzy lookup needs to score it
+// without reading the entry, then its key part.
+func member(tokens []string, part string) string {
+	b := make([]byte, 0, 2+3*len(tokens)+len(part))
+	b = append(b, byte(len(tokens)>>8), byte(len(tokens)))
+	for _, t := range tokens {
+		b = append(b, tokenHash(t)...)
+	}
+	return string(append(b, part...))
+}
+
+// maxIndexedTokens bounds the token count an entry's signature can carry; an entry with
+// more (no real question has that many words) is not indexed for fuzzy matching.
+const maxIndexedTokens = 1<<16 - 1
+
+// tokenHash is 24 bits of a token's FNV-1a hash. A collision, or a match across two
+// tokens' bytes, can only make the lookup prefer a candidate that the exact check in Go
+// then rejects.
+func tokenHash(t string) string {
+	h := uint32(2166136261)
+	for i := 0; i < len(t); i++ {
+		h ^= uint32(t[i])
+		h *= 16777619
+	}
+	return string([]byte{byte(h >> 16), byte(h >> 8), byte(h)})
+}
+
+func keyPart(s string) string {
+	if len(s) <= maxRawKeyPart {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return "#" + hex.EncodeToString(sum[:16])
+}
+
+// call runs op with the per-call deadline, behind the circuit breaker. Failures come
+// back wrapped in ErrUnavailable; redis.Nil comes back as is.
+func (r *Redis) call(ctx context.Context, kind int, op func(ctx context.Context) error) error {
+	probe, err := r.br.allow()
+	if err != nil {
+		r.metrics.add(ctx, kind, outcomeSkipped)
+		return fmt.Errorf("%w: redis: %w", ErrUnavailable, err)
+	}
+	timeout := r.timeout
+	if probe {
+		timeout = checkTimeout
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	err = op(cctx)
+	cancel()
+	var reply redis.Error
+	switch {
+	case err == nil || errors.Is(err, redis.Nil):
+		r.br.succeeded(probe)
+		return err
+	case ctx.Err() != nil:
+		// The caller gave up: nothing learned about Redis.
+		r.br.abandoned(probe)
+		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	case errors.As(err, &reply):
+		// Redis answered, with an error (out of memory, a script error): the server is up,
+		// so the breaker stays closed, but the cache cannot serve this call.
+		r.br.succeeded(probe)
+		r.br.failedSporadically(err)
+		r.metrics.add(ctx, kind, outcomeError)
+		return fmt.Errorf("%w: redis: %w", ErrUnavailable, err)
+	default:
+		r.metrics.add(ctx, kind, outcomeError)
+		r.br.failed(probe, err)
+		return fmt.Errorf("%w: redis: %w", ErrUnavailable, err)
+	}
+}
+
+// Get implements Store.
+func (r *Redis) Get(ctx context.Context, kb string, gen uint64, query string) (*Entry, error) {
+	key := r.EntryKey(kb, gen, query)
+	var raw string
+	err := r.call(ctx, opGet, func(ctx context.Context) error {
+		var err error
+		raw, err = getScript.Run(ctx, r.c, []string{key, r.lruKey, r.seqKey}).Text()
+		return err
+	})
+	if errors.Is(err, redis.Nil) {
+		r.metrics.add(ctx, opGet, outcomeMiss)
+		return nil, ErrMiss
+	}
+	if err != nil {
+		return nil, err
+	}
+	e, outcome := r.valid(raw, kb, gen)
+	if outcome == outcomeHit && e.Query != query {
+		outcome = outcomeBadEntry // a hashed long query that collided
+	}
+	r.metrics.add(ctx, opGet, outcome)
+	if outcome != outcomeHit {
+		return nil, ErrMiss
+	}
+	return e, nil
+}
+
+// valid decodes a stored value and checks that it is a live entry of kb at gen; any
+// other bytes, however they got there, are a miss.
+func (r *Redis) valid(raw string, kb string, gen uint64) (*Entry, int) {
+	e, expires, err := decodeEntry([]byte(raw))
+	switch {
+	case err != nil || e.KB != kb || e.Generation != gen:
+		return nil, outcomeBadEntry
+	case !r.now().Before(expires):
+		return nil, outcomeMiss
+	}
+	return e, outcomeHit
+}
+
+// Similar implements Store.
+func (r *Redis) Similar(ctx context.Context, kb string, gen uint64, tokens []string) (*Entry, float64, error) {
+	if len(tokens) < r.cfg.FuzzyMinTokens {
+		return nil, 0, ErrMiss
+	}
+	tokens, nq := uniq(tokens)
+	if nq < r.cfg.FuzzyMinTokens {
+		return nil, 0, ErrMiss
+	}
+	keys := make([]string, 0, 2+nq)
+	keys = append(keys, r.lruKey, r.seqKey)
+	args := make([]any, 0, 6+nq)
+	args = append(args,
+		r.now().UnixMilli(),
+		strconv.FormatFloat(r.cfg.FuzzyMin, 'g', -1, 64),
+		r.cfg.FuzzyMinTokens,
+		r.entryPrefix(kb, gen),
+		maxFuzzyFetch,
+		r.scan,
+	)
+	for _, t := range tokens {
+		keys = append(keys, r.postingKey(kb, gen, t))
+		args = append(args, tokenHash(t))
+	}
+	var res []any
+	err := r.call(ctx, opSimilar, func(ctx context.Context) error {
+		var err error
+		res, err = similarScript.Run(ctx, r.c, keys, args...).Slice()
+		return err
+	})
+	if errors.Is(err, redis.Nil) {
+		r.metrics.add(ctx, opSimilar, outcomeMiss)
+		return nil, 0, ErrMiss
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	var raw string
+	if len(res) > 0 {
+		raw, _ = res[0].(string)
+	}
+	e, outcome := r.valid(raw, kb, gen)
+	if outcome != outcomeHit {
+		r.metrics.add(ctx, opSimilar, outcome)
+		return nil, 0, ErrMiss
+	}
+	// The script chose by the counts in the postings; the entry's own tokens decide.
+	shared := 0
+	for _, t := range e.Tokens {
+		for _, q := range tokens {
+			if t == q {
+				shared++
+				break
+			}
+		}
+	}
+	sim := float64(shared) / float64(nq+len(e.Tokens)-shared)
+	if len(e.Tokens) < r.cfg.FuzzyMinTokens || !r.cfg.Reaches(sim) {
+		r.metrics.add(ctx, opSimilar, outcomeMiss)
+		return nil, 0, ErrMiss
+	}
+	r.metrics.add(ctx, opSimilar, outcomeHit)
+	return e, sim, nil
+}
+
+// Put implements Store.
+func (r *Redis) Put(ctx context.Context, e *Entry) error {
+	if e.Size() > r.cfg.MaxEntryBytes {
+		r.metrics.add(ctx, opPut, outcomeTooLarge)
+		return ErrTooLarge
+	}
+	now := r.now()
+	tokens, _ := uniq(e.Tokens)
+	c := &Entry{KB: e.KB, Generation: e.Generation, Query: e.Query, Tokens: tokens, Value: e.Value, StoredAt: now}
+	expires := now.Add(r.cfg.TTL)
+	part := keyPart(e.Query)
+	keys := make([]string, 0, 3+len(tokens))
+	keys = append(keys, r.entryPrefix(e.KB, e.Generation)+part, r.lruKey, r.seqKey)
+	// An entry with too few tokens never takes part in fuzzy matching: no postings.
+	if len(tokens) >= r.cfg.FuzzyMinTokens && len(tokens) <= maxIndexedTokens {
+		for _, t := range tokens {
+			keys = append(keys, r.postingKey(e.KB, e.Generation, t))
+		}
+	}
+	args := []any{
+		encodeEntry(c, expires),
+		max(r.cfg.TTL.Milliseconds(), 1),
+		member(tokens, part),
+		expires.UnixMilli(),
+		r.cfg.MaxEntries,
+		now.UnixMilli(),
+	}
+	err := r.call(ctx, opPut, func(ctx context.Context) error {
+		return putScript.Run(ctx, r.c, keys, args...).Err()
+	})
+	if err == nil {
+		r.metrics.add(ctx, opPut, outcomeStored)
+	}
+	return err
+}
+
+// getScript reads an entry and marks it recently used, in one round trip. A key holding
+// another type (foreign data) reads as a miss.
+//
+// KEYS: entry, lru, seq.
+var getScript = redis.NewScript(`
+local v = redis.pcall('GET', KEYS[1])
+if type(v) ~= 'string' then return false end
+redis.call('ZADD', KEYS[2], 'XX', redis.call('INCR', KEYS[3]), KEYS[1])
+return v
+`)
+
+// putScript stores an entry, indexes it under its tokens, and keeps the entry count
+// within the bound by evicting the least recently used. Evicted entries' postings are
+// left to expire, and are dropped early by the fuzzy lookup that finds them dangling.
+//
+// KEYS: entry, lru, seq, postings...
+// ARGV: value, ttl (ms), posting member, expiry (unix ms), max entries, now (unix ms).
+var putScript = redis.NewScript(`
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+for i = 4, #KEYS do
+  redis.call('ZADD', KEYS[i], ARGV[4], ARGV[3])
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', ARGV[6])
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+end
+redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), KEYS[1])
+for i = 1, 4 do
+  local old = redis.call('ZRANGE', KEYS[2], 0, 0)
+  if #old == 0 or old[1] == KEYS[1] or redis.call('EXISTS', old[1]) == 1 then break end
+  redis.call('ZREM', KEYS[2], old[1])
+end
+local limit = tonumber(ARGV[5])
+while redis.call('ZCARD', KEYS[2]) > limit do
+  local old = redis.call('ZPOPMIN', KEYS[2])
+  if old[1] ~= KEYS[1] then redis.call('DEL', old[1]) end
+end
+return 1
+`)
+
+// similarScript finds the live entry whose tokens are most similar to the query's and
+// returns {entry, member}, or nil. Prefix filtering: a candidate reaching the threshold
+// shares at least need of the nq query tokens, so it is in the postings of any
+// nq-need+1 of them. Candidates are read from the rarest tokens' postings only (at
+// most `scan` of each, the newest), and each is scored from the token signature in its
+// member: the long postings of common tokens are never read.
+//
+// KEYS: lru, seq, postings of the query's distinct tokens...
+// ARGV: now (unix ms), fuzzy min, min tokens, entry key prefix, max fetches, scan,
+// then ".<token hash>." of each token, in KEYS order.
+var similarScript = redis.NewScript(`
+local fmin = tonumber(ARGV[2]) - 1e-9
+local mintok = tonumber(ARGV[3])
+local scan = tonumber(ARGV[6])
+local nq = #KEYS - 2
+-- order: the query's postings, rarest first, each with its token's hash.
+local order = {}
+for i = 3, #KEYS do
+  order[#order + 1] = {KEYS[i], redis.call('ZCARD', KEYS[i]), ARGV[i + 4]}
+end
+table.sort(order, function(a, b) return a[2] < b[2] end)
+local need = math.ceil(tonumber(ARGV[2]) * nq - 1e-9)
+if need < 1 then need = 1 end
+local prefix = nq - need + 1
+if prefix < 1 then prefix = 1 end
+-- Jaccard <= min(nq, nb) / max(nq, nb): the token counts a candidate may have, and
+-- for each the tokens it must share: c / (nq + nb - c) >= fmin.
+local nbmin, nbmax = math.ceil(fmin * nq), math.floor(nq / fmin)
+if nbmin < mintok then nbmin = mintok end
+local needs = {}
+for nb = nbmin, nbmax do needs[nb] = math.ceil(fmin * (nq + nb) / (1 + fmin)) end
+local find, byte = string.find, string.byte
+local seen, hits, best = {}, {}, 0
+for i = 1, prefix do
+  -- A candidate not met yet is in none of the postings read so far, so it shares at
+  -- most nq - i + 1 tokens: similarity (nq - i + 1) / nq at best. Stop when the best
+  -- found beats that (strictly: a tie could be more recent).
+  if best > (nq - i + 1) / nq + 1e-12 then break end
+  local r = redis.call('ZREVRANGEBYSCORE', order[i][1], '+inf', '(' .. ARGV[1], 'LIMIT', 0, scan)
+  for j = 1, #r do
+    local m = r[j]
+    if not seen[m] then
+      seen[m] = true
+      local hi, lo = byte(m, 1, 2)
+      local nb = (hi or 0) * 256 + (lo or 0)
+      local want = needs[nb]
+      if want then
+        -- It holds this posting's token; check the others, rarest first, and stop as
+        -- soon as the rest cannot make up the shortfall.
+        local c, left = 1, nq - 1
+        for k = 1, nq do
+          if k ~= i then
+            if c + left < want then break end
+            left = left - 1
+            if find(m, order[k][3], 3, true) then c = c + 1 end
+          end
+        end
+        if c >= want then
+          local sim = c / (nq + nb - c)
+          hits[#hits + 1] = {m, sim, i, nb}
+          if sim > best then best = sim end
+        end
+      end
+    end
+  end
+end
+-- Ties go to the most recently stored: the greatest expiry.
+for _, h in ipairs(hits) do
+  h[5] = tonumber(redis.call('ZSCORE', order[h[3]][1], h[1])) or 0
+end
+table.sort(hits, function(a, b)
+  if a[2] ~= b[2] then return a[2] > b[2] end
+  if a[5] ~= b[5] then return a[5] > b[5] end
+  return a[1] > b[1]
+end)
+for i = 1, math.min(#hits, tonumber(ARGV[5])) do
+  local m = hits[i][1]
+  local key = ARGV[4] .. string.sub(m, 3 + 3 * hits[i][4])
+  local v = redis.pcall('GET', key)
+  if type(v) == 'string' then
+    redis.call('ZADD', KEYS[1], 'XX', redis.call('INCR', KEYS[2]), key)
+    return {v, m}
+  end
+  if not v then
+    -- Evicted or expired: drop the dangling member from the query's postings.
+    for j = 3, #KEYS do redis.call('ZREM', KEYS[j], m) end
+  end
+end
+return false
+`)

@@ -1,0 +1,323 @@
+package cache_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quarry-router/quarry/gateway/cache"
+	"github.com/quarry-router/quarry/gateway/cache/cachetest"
+	"github.com/quarry-router/quarry/gateway/cache/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// testRedisConfig is the Redis configuration of these tests: a generous per-call
+// deadline, because they check behaviour, not speed, on shared machines.
+func testRedisConfig(addr, prefix string) cache.RedisConfig {
+	rc := cache.DefaultRedisConfig()
+	rc.Addr = addr
+	rc.KeyPrefix = prefix
+	rc.Timeout = 2 * time.Second
+	return rc
+}
+
+func newClient(t testing.TB, rc cache.RedisConfig) *redis.Client {
+	t.Helper()
+	c, err := rc.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestRedisConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, testRedisConfig(srv.Addr, ""))
+	var n atomic.Int64
+	cachetest.Run(t, func(t *testing.T, cfg cache.Config, now func() time.Time) cache.Store {
+		// Each case gets its own key space on the one server.
+		rc := testRedisConfig(srv.Addr, fmt.Sprintf("case%d:", n.Add(1)))
+		return cache.NewRedis(client, cfg, rc, now, nil)
+	})
+}
+
+func rotateEntry(kb string, gen uint64) *cache.Entry {
+	return &cache.Entry{KB: kb, Generation: gen, Query: "how do i rotate the signing keys?",
+		Tokens: []string{"rotate", "signing", "keys"}, Value: []byte("answer")}
+}
+
+func TestRedisForeignValuesAreMisses(t *testing.T) {
+	srv := redistest.Start(t)
+	rc := testRedisConfig(srv.Addr, "q:")
+	client := newClient(t, rc)
+	ctx := context.Background()
+	other := cache.NewRedis(client, cache.DefaultConfig(), rc, time.Now, nil)
+	if err := other.Put(ctx, rotateEntry("other", 1)); err != nil {
+		t.Fatal(err)
+	}
+	otherBytes, err := client.Get(ctx, other.EntryKey("other", 1, rotateEntry("other", 1).Query)).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name    string
+		corrupt func(key string) error
+		bad     int64 // values the store must count as foreign: read by Get and Similar
+	}{
+		{"random bytes", func(k string) error { return client.Set(ctx, k, "\x00\xffgarbage", 0).Err() }, 2},
+		{"an empty string", func(k string) error { return client.Set(ctx, k, "", 0).Err() }, 2},
+		{"a truncated entry", func(k string) error { return client.Set(ctx, k, otherBytes[:len(otherBytes)/3], 0).Err() }, 2},
+		{"another knowledge base's entry", func(k string) error { return client.Set(ctx, k, otherBytes, 0).Err() }, 2},
+		{"a hash instead of a string", func(k string) error {
+			if err := client.Del(ctx, k).Err(); err != nil {
+				return err
+			}
+			return client.HSet(ctx, k, "f", "v").Err()
+		}, 0}, // never leaves Redis: the script reads it as no value
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if err := client.FlushDB(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			s := cache.NewRedis(client, cache.DefaultConfig(), rc, time.Now, nil)
+			e := rotateEntry("kb", 1)
+			if err := s.Put(ctx, e); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.corrupt(s.EntryKey("kb", 1, e.Query)); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := s.Get(ctx, "kb", 1, e.Query); !errors.Is(err, cache.ErrMiss) {
+				t.Fatalf("Get over %s = %v, %v; want ErrMiss", c.name, got, err)
+			}
+			// The postings still point at the key: the fuzzy lookup reaches it too.
+			if got, _, err := s.Similar(ctx, "kb", 1, e.Tokens); !errors.Is(err, cache.ErrMiss) {
+				t.Fatalf("Similar over %s = %v, %v; want ErrMiss", c.name, got, err)
+			}
+			if st := s.Stats(); st.BadEntries != c.bad || st.Failures != 0 {
+				t.Fatalf("stats %+v: want %d foreign values and no failures", st, c.bad)
+			}
+			// The store keeps working: a fresh answer replaces the foreign value.
+			if err := s.Put(ctx, e); err != nil {
+				t.Fatalf("Put over %s: %v", c.name, err)
+			}
+			if _, err := s.Get(ctx, "kb", 1, e.Query); err != nil {
+				t.Fatalf("Get after the entry was stored again: %v", err)
+			}
+		})
+	}
+}
+
+func TestRedisKeysExpireWithTheirEntries(t *testing.T) {
+	srv := redistest.Start(t)
+	rc := testRedisConfig(srv.Addr, "q:")
+	client := newClient(t, rc)
+	ctx := context.Background()
+	cfg := cache.DefaultConfig()
+	cfg.TTL = 30 * time.Second
+	s := cache.NewRedis(client, cfg, rc, time.Now, nil)
+	e := rotateEntry("kb", 7)
+	if err := s.Put(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := client.Keys(ctx, "q:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries, postings int
+	for _, k := range keys {
+		ttl, err := client.PTTL(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case strings.HasPrefix(k, "q:e:kb:7:"):
+			entries++
+		case strings.HasPrefix(k, "q:t:kb:7:"):
+			postings++
+		default:
+			continue // the LRU index and its counter live as long as the cache
+		}
+		if ttl <= 0 || ttl > cfg.TTL {
+			t.Errorf("%s has TTL %v, want (0, %v]", k, ttl, cfg.TTL)
+		}
+	}
+	if entries != 1 || postings != len(e.Tokens) {
+		t.Fatalf("keys %q: want 1 entry and %d postings", keys, len(e.Tokens))
+	}
+}
+
+func TestRedisEvictedEntriesLeaveThePostings(t *testing.T) {
+	srv := redistest.Start(t)
+	rc := testRedisConfig(srv.Addr, "q:")
+	client := newClient(t, rc)
+	ctx := context.Background()
+	cfg := cache.DefaultConfig()
+	cfg.MaxEntries = 1
+	s := cache.NewRedis(client, cfg, rc, time.Now, nil)
+	if err := s.Put(ctx, rotateEntry("kb", 1)); err != nil {
+		t.Fatal(err)
+	}
+	other := &cache.Entry{KB: "kb", Generation: 1, Query: "deploy the service", Tokens: []string{"deploy", "service"}, Value: []byte("x")}
+	if err := s.Put(ctx, other); err != nil { // evicts the first
+		t.Fatal(err)
+	}
+	members := func() int64 {
+		var n int64
+		for _, tok := range rotateEntry("kb", 1).Tokens {
+			n += client.ZCard(ctx, "q:t:kb:1:"+tok).Val()
+		}
+		return n
+	}
+	if n := members(); n != 3 {
+		t.Fatalf("postings hold %d members before the lookup, want the evicted entry's 3", n)
+	}
+	if _, _, err := s.Similar(ctx, "kb", 1, rotateEntry("kb", 1).Tokens); !errors.Is(err, cache.ErrMiss) {
+		t.Fatalf("Similar found an evicted entry: %v", err)
+	}
+	if n := members(); n != 0 {
+		t.Fatalf("postings hold %d members after the lookup found them dangling, want 0", n)
+	}
+}
+
+// logCounter counts log records by message.
+type logCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (l *logCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logCounter) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n[r.Message]++
+	return nil
+}
+func (l *logCounter) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logCounter) WithGroup(string) slog.Handler      { return l }
+func (l *logCounter) count(prefix string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for m, c := range l.n {
+		if strings.HasPrefix(m, prefix) {
+			n += c
+		}
+	}
+	return n
+}
+
+// lookups runs one Get, Similar and Put and reports their errors.
+func lookups(ctx context.Context, s cache.Store) []error {
+	e := rotateEntry("kb", 1)
+	_, err1 := s.Get(ctx, "kb", 1, e.Query)
+	_, _, err2 := s.Similar(ctx, "kb", 1, e.Tokens)
+	return []error{err1, err2, s.Put(ctx, e)}
+}
+
+func TestRedisFailsOpen(t *testing.T) {
+	srv := redistest.Start(t)
+	rc := testRedisConfig(srv.Addr, "q:")
+	rc.Timeout = 20 * time.Millisecond
+	rc.BreakerFailures = 3
+	rc.BreakerCooldown = 50 * time.Millisecond
+	client := newClient(t, rc)
+	logs := &logCounter{n: map[string]int{}}
+	s := cache.NewRedis(client, cache.DefaultConfig(), rc, time.Now, slog.New(logs))
+	ctx := context.Background()
+	for _, err := range lookups(ctx, s) {
+		if err != nil && !errors.Is(err, cache.ErrMiss) {
+			t.Fatalf("with Redis up: %v", err)
+		}
+	}
+
+	outage := func(t *testing.T, name string, stop, start func()) {
+		before := s.Stats()
+		stop()
+		// Every call fails open, quickly: no call waits much past the per-call deadline.
+		for i := range 100 {
+			began := time.Now()
+			for _, err := range lookups(ctx, s) {
+				if !errors.Is(err, cache.ErrUnavailable) {
+					t.Fatalf("%s, call %d: %v, want ErrUnavailable", name, i, err)
+				}
+			}
+			if d := time.Since(began); d > 3*(rc.Timeout+100*time.Millisecond) {
+				t.Fatalf("%s: three calls took %v, want each bounded by the %v deadline", name, d, rc.Timeout)
+			}
+		}
+		st := s.Stats()
+		if st.Failures-before.Failures < int64(rc.BreakerFailures) || st.Skipped-before.Skipped < 150 {
+			t.Fatalf("%s: %+v after 300 calls, want the breaker to have kept most of them off Redis", name, st)
+		}
+		start()
+		// The client reconnects by itself once a probe gets through.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, err := s.Get(ctx, "kb", 1, "nothing here"); errors.Is(err, cache.ErrMiss) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Redis back but the store still fails: %+v", name, s.Stats())
+			}
+			runtime.Gosched()
+		}
+		for _, err := range lookups(ctx, s) {
+			if err != nil && !errors.Is(err, cache.ErrMiss) {
+				t.Fatalf("%s: after recovery: %v", name, err)
+			}
+		}
+		if got, err := s.Get(ctx, "kb", 1, rotateEntry("kb", 1).Query); err != nil || !bytes.Equal(got.Value, []byte("answer")) {
+			t.Fatalf("%s: after recovery Get = %v, %v", name, got, err)
+		}
+	}
+	t.Run("killed and restarted empty", func(t *testing.T) {
+		outage(t, "killed", srv.Kill, func() {
+			if err := srv.Restart(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+	t.Run("hung, then resumed", func(t *testing.T) {
+		outage(t, "hung", srv.Freeze, srv.Thaw)
+	})
+	if down, up := logs.count("redis cache unavailable"), logs.count("redis cache reachable again"); down != 2 || up != 2 {
+		t.Fatalf("logged %d outages and %d recoveries for two outages of 300 calls each, want 2 and 2", down, up)
+	}
+}
+
+func TestRedisLateCallsDoNotOpenTheBreakerWhileRedisIsHealthy(t *testing.T) {
+	srv := redistest.Start(t)
+	rc := testRedisConfig(srv.Addr, "q:")
+	// Every call misses this deadline, as calls do on a gateway whose CPU is saturated,
+	// while Redis itself answers.
+	rc.Timeout = time.Nanosecond
+	rc.BreakerFailures = 3
+	client := newClient(t, rc)
+	logs := &logCounter{n: map[string]int{}}
+	s := cache.NewRedis(client, cache.DefaultConfig(), rc, time.Now, slog.New(logs))
+	ctx := context.Background()
+	for range 100 {
+		for _, err := range lookups(ctx, s) {
+			if !errors.Is(err, cache.ErrUnavailable) {
+				t.Fatalf("call past its deadline: %v, want ErrUnavailable", err)
+			}
+		}
+	}
+	if st := s.Stats(); st.Skipped != 0 || st.Failures != 300 {
+		t.Fatalf("stats %+v: want every call tried (the health check passes), none skipped", st)
+	}
+	if n := logs.count("redis cache unavailable"); n != 0 {
+		t.Fatalf("logged %d outages of a healthy Redis", n)
+	}
+}

@@ -1,0 +1,208 @@
+package generations
+
+import (
+	"context"
+	"maps"
+	"net"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quarry-router/quarry/gateway/cache/redistest"
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// fakeSource is a settable first-hand view, standing in for a replica's watcher.
+type fakeSource struct {
+	mu      sync.Mutex
+	gens    map[string]uint64
+	changed chan struct{}
+}
+
+func newFakeSource(gens map[string]uint64) *fakeSource {
+	return &fakeSource{gens: gens, changed: make(chan struct{})}
+}
+
+func (f *fakeSource) Snapshot() map[string]uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.gens)
+}
+
+func (f *fakeSource) Updated() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.changed
+}
+
+func (f *fakeSource) set(kb string, gen uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gens[kb] = gen
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+func newRedis(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// runShared runs a replica's shared view until the test ends.
+func runShared(t *testing.T, addr string, src Source) *Shared {
+	t.Helper()
+	s := NewShared(newRedis(t, addr), "q:", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, src) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return s
+}
+
+// waitShared blocks until s's view of kb is gen.
+func waitShared(t *testing.T, s *Shared, kb string, gen uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		changed := s.Updated()
+		if s.Generation(kb) == gen {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatalf("shared view of %s is %d, want %d", kb, s.Generation(kb), gen)
+		}
+	}
+}
+
+func TestSharedViewSpreadsTheGreatestGeneration(t *testing.T) {
+	srv := redistest.Start(t)
+	srcA := newFakeSource(map[string]uint64{"kb": 5})
+	a := runShared(t, srv.Addr, srcA)
+	b := runShared(t, srv.Addr, newFakeSource(map[string]uint64{}))
+
+	select {
+	case <-b.Synced():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shared view never read Redis's state")
+	}
+	// A's search reported 5: B learns it through Redis.
+	waitShared(t, b, "kb", 5)
+
+	// A smaller generation (a replica whose search lags) changes nothing anywhere.
+	late := NewShared(newRedis(t, srv.Addr), "q:", nil)
+	if err := late.Publish(context.Background(), "kb", 3); err != nil {
+		t.Fatal(err)
+	}
+	if got := newRedis(t, srv.Addr).HGet(context.Background(), "q:generations", "kb").Val(); got != "5" {
+		t.Fatalf("Redis holds generation %s after a smaller one was published, want 5", got)
+	}
+
+	// A bump on A's side reaches B; B's own publication reaches A.
+	srcA.set("kb", 6)
+	waitShared(t, b, "kb", 6)
+	if err := b.Publish(context.Background(), "other", 9); err != nil {
+		t.Fatal(err)
+	}
+	waitShared(t, a, "other", 9)
+	if got := b.Generation("kb"); got != 6 {
+		t.Fatalf("B's view of kb went to %d, want it to stay at 6", got)
+	}
+}
+
+func TestSharedViewSurvivesARedisRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	srcA := newFakeSource(map[string]uint64{"kb": 7})
+	runShared(t, srv.Addr, srcA)
+	b := runShared(t, srv.Addr, newFakeSource(map[string]uint64{}))
+	waitShared(t, b, "kb", 7)
+
+	// Redis restarts empty: the views keep what they knew, and A writes it back.
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Generation("kb"); got != 7 {
+		t.Fatalf("B's view after the restart is %d, want 7", got)
+	}
+	check := newRedis(t, srv.Addr)
+	deadline := time.Now().Add(10 * time.Second)
+	for check.HGet(context.Background(), "q:generations", "kb").Val() != "7" {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica did not publish its generations again after Redis restarted")
+		}
+		runtime.Gosched()
+	}
+	// Both replicas are subscribed again: a bump still travels.
+	srcA.set("kb", 8)
+	waitShared(t, b, "kb", 8)
+
+	// A replica that starts now reads the state without waiting for a bump.
+	c := runShared(t, srv.Addr, newFakeSource(map[string]uint64{}))
+	waitShared(t, c, "kb", 8)
+}
+
+func TestCombinedViewIsTheSearchServicesRaisedToTheShared(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	serve(t, addr, &searchStub{first: map[string]uint64{"kb": 3, "ahead": 4}, updates: make(chan *quarryv1.WatchGenerationsResponse)})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	w := New(quarryv1.NewSearchServiceClient(conn), DefaultConfig(), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	if err := w.WaitReady(rctx); err != nil {
+		t.Fatal(err)
+	}
+
+	srvR := redistest.Start(t)
+	shared := NewShared(newRedis(t, srvR.Addr), "q:", nil)
+	for kb, gen := range map[string]uint64{"kb": 5, "ahead": 2, "gone": 9} {
+		if err := shared.Publish(ctx, kb, gen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := Combined{Local: w, Shared: shared}
+	cases := []struct {
+		kb   string
+		gen  uint64
+		ok   bool
+		rule string
+	}{
+		{"kb", 5, true, "a newer shared generation wins"},
+		{"ahead", 4, true, "an older shared generation is ignored"},
+		{"gone", 0, false, "the search service alone says which knowledge bases exist"},
+	}
+	for _, cs := range cases {
+		gen, ok, err := c.Generation(cs.kb)
+		if err != nil || gen != cs.gen || ok != cs.ok {
+			t.Errorf("%s: Generation(%q) = %d, %v, %v; want %d, %v", cs.rule, cs.kb, gen, ok, err, cs.gen, cs.ok)
+		}
+	}
+}
