@@ -16,6 +16,7 @@ import (
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/config"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/telemetry"
 	agentapp "github.com/quarry-router/quarry/services/agent/app"
 	"github.com/quarry-router/quarry/services/agent/llm"
 	searchapp "github.com/quarry-router/quarry/services/search/app"
@@ -116,7 +117,18 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg.AgentArgs = llmArgs(fs)
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	log := slog.New(telemetry.LogHandler(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})))
+	// Off unless OTEL_TRACES_EXPORTER or an OTLP endpoint is set; then one process
+	// exports the spans of all three services.
+	tel, err := telemetry.Setup(ctx, telemetry.Config{Service: "quarry"})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}()
 	began := time.Now()
 	if !*inPlace {
 		// The write side and the folder watcher would otherwise edit the repository's

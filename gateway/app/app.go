@@ -17,9 +17,12 @@ import (
 	"github.com/quarry-router/quarry/gateway/server"
 	"github.com/quarry-router/quarry/gateway/upstream"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/auth"
 	"github.com/quarry-router/quarry/platform/config"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/telemetry"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
@@ -35,6 +38,15 @@ type Config struct {
 	// CacheBackend is where T0/T1 answers live: "memory" (in this process) or "redis"
 	// (shared by every replica that uses the same Redis and key prefix).
 	CacheBackend string
+	// AuthKeys is a JSON file of callers' API keys (platform/auth.Key). Without keys the
+	// gateway is open, which it allows on a loopback address only unless AuthOpenNetwork.
+	AuthKeys        string
+	AuthOpenNetwork bool
+	// SearchKey and AgentKey are the service credentials presented upstream, for
+	// services started with -auth-keys.
+	SearchKey, AgentKey string
+	// MetricsAddr serves Prometheus /metrics when set.
+	MetricsAddr string
 
 	Cache       cache.Config
 	Redis       cache.RedisConfig
@@ -48,6 +60,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.SearchAddr, "search-addr", "127.0.0.1:7701", "gRPC address of the search service")
 	fs.StringVar(&c.AgentAddr, "agent-addr", "", `gRPC address of the agent service ("" = none: LLM routes get degraded extractive answers)`)
 	fs.StringVar(&c.CacheBackend, "cache-backend", "memory", `where cached answers live: "memory" (this process) or "redis" (shared by every replica, see -redis-*)`)
+	fs.StringVar(&c.AuthKeys, "auth-keys", "", `JSON file of API keys (name, sha256, knowledge_bases, write); "" = open, on loopback only`)
+	fs.BoolVar(&c.AuthOpenNetwork, "auth-open-network", false, "serve without API keys on a non-loopback address (a trusted network only)")
+	fs.StringVar(&c.SearchKey, "search-key", "", "API key presented to the search service (never logged)")
+	fs.StringVar(&c.AgentKey, "agent-key", "", "API key presented to the agent service (never logged)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", `address to serve Prometheus /metrics on ("" = off)`)
 	c.Cache.RegisterFlags(fs)
 	c.Redis.RegisterFlags(fs)
 	c.Route.RegisterFlags(fs)
@@ -107,7 +124,27 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 		return err
 	}
 
-	searchConn, err := grpcx.Dial(cfg.SearchAddr)
+	var keys []auth.Key
+	if cfg.AuthKeys != "" {
+		var err error
+		if keys, err = auth.Load(cfg.AuthKeys); err != nil {
+			return fmt.Errorf("-auth-keys: %w", err)
+		}
+	}
+	policy, err := auth.NewPolicy(keys)
+	if err != nil {
+		return fmt.Errorf("-auth-keys: %w", err)
+	}
+	if !cfg.AuthOpenNetwork {
+		if err := policy.CheckListen(cfg.Listen); err != nil {
+			return fmt.Errorf("%w (or pass -auth-open-network on a trusted network)", err)
+		}
+	}
+	if policy.Open() {
+		log.Warn("no API keys configured: every caller may query every knowledge base", "listen", cfg.Listen)
+	}
+
+	searchConn, err := grpcx.Dial(cfg.SearchAddr, bearer(cfg.SearchKey)...)
 	if err != nil {
 		return err
 	}
@@ -115,7 +152,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	searchClient := quarryv1.NewSearchServiceClient(searchConn)
 	var agent route.Agent
 	if cfg.AgentAddr != "" {
-		agentConn, err := grpcx.Dial(cfg.AgentAddr)
+		agentConn, err := grpcx.Dial(cfg.AgentAddr, bearer(cfg.AgentKey)...)
 		if err != nil {
 			return err
 		}
@@ -150,7 +187,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	}
 	router := route.New(cfg.Route, store, upstream.NewSearch(searchClient), agent, gens, log)
 
-	srv := grpcx.NewServer(log, server.Options()...)
+	srv := grpcx.NewServer(log, append(server.Options(), grpcx.WithAuth(policy)...)...)
 	quarryv1.RegisterQueryServiceServer(srv, server.New(router, log))
 	service := quarryv1.QueryService_ServiceDesc.ServiceName
 	srv.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -168,6 +205,9 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 		g.Go(func() error { return shared.Run(gctx, watcher) })
 	}
 	g.Go(func() error { return srv.Serve(gctx, lis) })
+	if cfg.MetricsAddr != "" {
+		g.Go(func() error { return telemetry.ServeMetrics(gctx, cfg.MetricsAddr) })
+	}
 	g.Go(func() error {
 		if watcher.WaitReady(gctx) != nil {
 			return nil // shutting down before the first state arrived
@@ -191,4 +231,12 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 		return nil
 	})
 	return g.Wait()
+}
+
+// bearer is the dial option presenting a service credential, none for an empty key.
+func bearer(key string) []grpc.DialOption {
+	if key == "" {
+		return nil
+	}
+	return []grpc.DialOption{grpcx.WithBearer(key)}
 }

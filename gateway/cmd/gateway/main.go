@@ -3,31 +3,15 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/quarry-router/quarry/gateway/app"
+	"github.com/quarry-router/quarry/platform/daemon"
 )
 
 func main() {
-	os.Exit(run())
-}
-
-func run() int {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	err := app.Run(ctx, os.Args[1:], log, nil)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return 2
-	case err != nil:
-		log.Error("gateway stopped", "err", err)
-		return 1
-	}
-	return 0
+	os.Exit(daemon.Main("quarry-gateway", func(ctx context.Context, log *slog.Logger) error {
+		return app.Run(ctx, os.Args[1:], log, nil)
+	}))
 }

@@ -63,10 +63,14 @@ func TestAnswerStatus(t *testing.T) {
 }
 
 // scripted streams two deltas, then answers, or waits for its caller to go.
-type scripted struct{ gone chan error }
+type scripted struct {
+	started chan struct{} // a "wait" call has reached the answerer
+	gone    chan error
+}
 
 func (s scripted) Answer(ctx context.Context, req *quarryv1.AnswerRequest, onDelta func(string) error) (*quarryv1.AgentAnswer, error) {
 	if req.GetQuery() == "wait" {
+		s.started <- struct{}{}
 		<-ctx.Done()
 		s.gone <- ctx.Err()
 		return nil, ctx.Err()
@@ -80,8 +84,8 @@ func (s scripted) Answer(ctx context.Context, req *quarryv1.AnswerRequest, onDel
 }
 
 func TestAnswerStreamsDeltasThenTheFinalAnswer(t *testing.T) {
-	gone := make(chan error, 1)
-	c := serve(t, scripted{gone: gone})
+	gone, started := make(chan error, 1), make(chan struct{}, 1)
+	c := serve(t, scripted{started: started, gone: gone})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	stream, err := c.Answer(ctx, &quarryv1.AnswerRequest{KnowledgeBase: "kb", Query: "q", Tier: quarryv1.Tier_TIER_SINGLE_LLM})
@@ -112,6 +116,13 @@ func TestAnswerStreamsDeltasThenTheFinalAnswer(t *testing.T) {
 		stream, err := c.Answer(cctx, &quarryv1.AnswerRequest{KnowledgeBase: "kb", Query: "wait", Tier: quarryv1.Tier_TIER_AGENTIC})
 		if err != nil {
 			t.Fatal(err)
+		}
+		// Cancel only once the call is in the answerer: cancelled earlier, it never
+		// reaches the server at all.
+		select {
+		case <-started:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the call never reached the answerer")
 		}
 		ccancel()
 		_, _ = stream.Recv()
