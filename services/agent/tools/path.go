@@ -3,10 +3,8 @@ package tools
 import (
 	"errors"
 	"fmt"
-	"path"
+	"github.com/quarry-router/quarry/platform/kbpath"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 )
 
 // Errors a knowledge base returns to the tools.
@@ -19,47 +17,14 @@ var (
 	ErrNotFound = errors.New("not found")
 )
 
-// maxPathBytes matches the search service's own limit; no real path comes near it.
-const maxPathBytes = 1024
-
-// CleanPath checks a path the model asked for and returns it relative to the knowledge
-// base root: forward slashes, no "./" prefix, no trailing slash, "" for the root. It
-// applies the search service's rules before any request leaves the agent, so a model
-// probing for "../../etc/passwd" gets a tool error and the search service never sees
-// the path: any ".." segment, a leading "/" or drive letter, a backslash, NUL or other
-// control characters and invalid UTF-8 are all ErrOutsideKB.
+// CleanPath checks a path the model asked for with the search service's own rule
+// (kbpath.Clean) before any request leaves the agent, so a model probing for
+// "../../etc/passwd" gets a tool error and the search service never sees the path.
+// Every refusal is ErrOutsideKB.
 func CleanPath(p string) (string, error) {
-	p = strings.TrimSpace(p)
-	if len(p) > maxPathBytes {
-		return "", fmt.Errorf("%w: longer than %d bytes", ErrOutsideKB, maxPathBytes)
-	}
-	if !utf8.ValidString(p) {
-		return "", fmt.Errorf("%w: not valid UTF-8", ErrOutsideKB)
-	}
-	for _, r := range p {
-		if r == '\\' || r == 0 || unicode.IsControl(r) {
-			return "", fmt.Errorf("%w: %q holds a backslash or control character", ErrOutsideKB, p)
-		}
-	}
-	if strings.HasPrefix(p, "/") || hasDrive(p) {
-		return "", fmt.Errorf("%w: %q is absolute", ErrOutsideKB, p)
-	}
-	for _, seg := range strings.Split(p, "/") {
-		if seg == ".." {
-			return "", fmt.Errorf("%w: %q climbs out with \"..\"", ErrOutsideKB, p)
-		}
-	}
-	c := path.Clean(p)
-	if c == "." {
-		return "", nil
-	}
-	if hasDrive(c) {
-		return "", fmt.Errorf("%w: %q is absolute", ErrOutsideKB, p)
+	c, err := kbpath.Clean(strings.TrimSpace(p))
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrOutsideKB, err)
 	}
 	return c, nil
-}
-
-// hasDrive reports a Windows volume prefix ("C:").
-func hasDrive(p string) bool {
-	return len(p) >= 2 && p[1] == ':' && (p[0] >= 'a' && p[0] <= 'z' || p[0] >= 'A' && p[0] <= 'Z')
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/quarry-router/quarry/platform/kbpath"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -120,7 +121,7 @@ func New(cfg Config, kb KB) *Set {
 			desc: "Search the knowledge base (BM25 over titles, paths and content). Returns ranked documents with their paths, titles, relevance in [0,1] and a matching passage.",
 			params: []param{
 				{name: "query", kind: kindString, desc: "search words, e.g. \"postgres restore backup\"", required: true, maxLen: maxQueryBytes},
-				{name: "scope", kind: kindString, desc: "folder to search under, relative to the root, e.g. \"data/backups\"; omit to search everything", maxLen: maxPathBytes},
+				{name: "scope", kind: kindString, desc: "folder to search under, relative to the root, e.g. \"data/backups\"; omit to search everything", maxLen: kbpath.MaxBytes},
 				{name: "limit", kind: kindInteger, desc: fmt.Sprintf("number of results (default %d)", cfg.SearchLimit), min: 1, max: maxSearchLimit},
 			},
 			run: (*Set).search,
@@ -128,21 +129,21 @@ func New(cfg Config, kb KB) *Set {
 		ReadDocument: {
 			desc: "Read one document of the knowledge base in full: title, tags, related paths and markdown content.",
 			params: []param{
-				{name: "path", kind: kindString, desc: "document path relative to the root, e.g. \"auth/jwt/token-validation.md\"", required: true, maxLen: maxPathBytes},
+				{name: "path", kind: kindString, desc: "document path relative to the root, e.g. \"auth/jwt/token-validation.md\"", required: true, maxLen: kbpath.MaxBytes},
 			},
 			run: (*Set).read,
 		},
 		ListFolder: {
 			desc: "List a folder of the knowledge base: its sub-folders and documents with their titles.",
 			params: []param{
-				{name: "path", kind: kindString, desc: "folder relative to the root, e.g. \"deploy\"; omit or \"\" for the root", maxLen: maxPathBytes},
+				{name: "path", kind: kindString, desc: "folder relative to the root, e.g. \"deploy\"; omit or \"\" for the root", maxLen: kbpath.MaxBytes},
 			},
 			run: (*Set).list,
 		},
 		Related: {
 			desc: "Follow the related links of a document: the documents its front matter names as related, with their titles and first lines.",
 			params: []param{
-				{name: "path", kind: kindString, desc: "document path relative to the root", required: true, maxLen: maxPathBytes},
+				{name: "path", kind: kindString, desc: "document path relative to the root", required: true, maxLen: kbpath.MaxBytes},
 			},
 			run: (*Set).related,
 		},

@@ -3,74 +3,29 @@ package tree
 import (
 	"errors"
 	"fmt"
+	"github.com/quarry-router/quarry/platform/kbpath"
 	"path"
 	"strings"
 	"unicode"
-	"unicode/utf8"
 )
 
 // Errors returned for paths and lookups.
 var (
 	// ErrOutsideTree means a path is absolute or climbs out of the tree with "..".
-	ErrOutsideTree = errors.New("path outside the knowledge base")
+	ErrOutsideTree = kbpath.ErrOutside
 	// ErrInvalidPath means a path holds bytes no tree path may hold (backslash, NUL,
 	// control characters, invalid UTF-8) or is too long.
-	ErrInvalidPath = errors.New("invalid path")
+	ErrInvalidPath = kbpath.ErrInvalid
 	// ErrNotFound means the path is well formed but names no document or folder.
 	ErrNotFound = errors.New("not found")
 	// ErrTooManyFiles means a tree holds more markdown files than Config.MaxFiles.
 	ErrTooManyFiles = errors.New("too many files")
 )
 
-// maxPathBytes bounds user-supplied paths; no real tree path comes near it, and it keeps
-// error messages and map lookups small.
-const maxPathBytes = 1024
-
-// CleanPath validates a user-supplied path relative to the tree root and returns it in
-// canonical form: forward slashes, no "./" prefix, no trailing slash, "" for the root.
-// Any ".." segment is rejected with ErrOutsideTree, even one that would clean to a path
-// inside the tree: a caller that writes ".." is probing, and accepting it would make the
-// rule depend on path arithmetic that is easy to get wrong. Absolute paths (including
-// Windows drive paths) also get ErrOutsideTree; backslashes, NUL, control characters and
-// invalid UTF-8 get ErrInvalidPath.
-func CleanPath(p string) (string, error) {
-	if len(p) > maxPathBytes {
-		return "", fmt.Errorf("%w: longer than %d bytes", ErrInvalidPath, maxPathBytes)
-	}
-	if !utf8.ValidString(p) {
-		return "", fmt.Errorf("%w: not valid UTF-8", ErrInvalidPath)
-	}
-	for _, r := range p {
-		switch {
-		case r == '\\':
-			return "", fmt.Errorf("%w: %q has a backslash", ErrInvalidPath, p)
-		case r == 0 || unicode.IsControl(r):
-			return "", fmt.Errorf("%w: %q has a control character", ErrInvalidPath, p)
-		}
-	}
-	if strings.HasPrefix(p, "/") || hasDrive(p) {
-		return "", fmt.Errorf("%w: %q is absolute", ErrOutsideTree, p)
-	}
-	for _, seg := range strings.Split(p, "/") {
-		if seg == ".." {
-			return "", fmt.Errorf("%w: %q", ErrOutsideTree, p)
-		}
-	}
-	c := path.Clean(p)
-	if c == "." {
-		return "", nil
-	}
-	if hasDrive(c) {
-		// "./C:" cleans to a drive path.
-		return "", fmt.Errorf("%w: %q is absolute", ErrOutsideTree, p)
-	}
-	return c, nil
-}
-
-// hasDrive reports a Windows volume prefix ("C:"), which would be absolute on Windows.
-func hasDrive(p string) bool {
-	return len(p) >= 2 && p[1] == ':' && (p[0] >= 'a' && p[0] <= 'z' || p[0] >= 'A' && p[0] <= 'Z')
-}
+// CleanPath validates a user-supplied path relative to the tree root (the shared rule,
+// kbpath.Clean): canonical form, "" for the root; ".." anywhere or an absolute path is
+// ErrOutsideTree, bytes no tree path may hold are ErrInvalidPath.
+func CleanPath(p string) (string, error) { return kbpath.Clean(p) }
 
 // cleanRelated turns a front-matter "related" entry into a root-relative path. Unlike
 // CleanPath it resolves inner ".." (authors write "auth/../ops/x.md"), but a result that
@@ -80,7 +35,7 @@ func cleanRelated(p string) (string, error) {
 	if p == "" {
 		return "", fmt.Errorf("%w: empty", ErrInvalidPath)
 	}
-	if strings.HasPrefix(p, "/") || hasDrive(p) {
+	if strings.HasPrefix(p, "/") {
 		return "", fmt.Errorf("%w: %q is absolute", ErrOutsideTree, p)
 	}
 	c := path.Clean(p)
