@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +97,25 @@ func TestOneTraceSpansTheChain(t *testing.T) {
 				t.Errorf("server span %q's parent is not a client span", want.name)
 			}
 		}
+	}
+	// The gateway's own span carries the routing outcome.
+	if g := findIn(byID, "gateway.query", trace.SpanKindInternal); g == nil {
+		t.Error("no gateway.query span in the query's trace")
+	} else {
+		tier := ""
+		for _, a := range g.Attributes {
+			if a.Key == "quarry.tier" {
+				tier = a.Value.AsString()
+			}
+		}
+		if tier != "agentic" {
+			t.Errorf("gateway.query span has quarry.tier %q, want agentic", tier)
+		}
+	}
+	rec := httptest.NewRecorder()
+	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if body := rec.Body.String(); !strings.Contains(body, `quarry_gateway_queries_total{`) || !strings.Contains(body, `quarry_tier="agentic"`) {
+		t.Errorf("metrics lack the tier mix:\n%.400s", body)
 	}
 	llmCalls := 0
 	for _, s := range byID {

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -47,6 +49,7 @@ type Router struct {
 
 	resolves group[resolved]
 	answers  group[answered]
+	metrics  *instruments
 }
 
 // New returns a Router. agent may be nil: questions routed to an LLM tier then get the
@@ -55,7 +58,7 @@ func New(cfg Config, store cache.Store, res Resolver, agent Agent, gens Generati
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Router{cfg: cfg, store: store, res: res, agent: agent, gens: gens, log: log}
+	return &Router{cfg: cfg, store: store, res: res, agent: agent, gens: gens, log: log, metrics: newInstruments()}
 }
 
 // resolved is the outcome of one Resolve flight.
@@ -84,6 +87,7 @@ type call struct {
 	start   time.Time
 	mark    time.Time
 	explain *quarryv1.Explain // nil unless the request asked for it
+	span    trace.Span        // the query's span; stages become its events
 }
 
 // Query answers req. onDelta, which may be nil, receives the answer text of LLM tiers
@@ -93,7 +97,9 @@ func (r *Router) Query(ctx context.Context, req *quarryv1.QueryRequest, onDelta 
 	if err := r.validate(req); err != nil {
 		return nil, err
 	}
-	c := &call{r: r, req: req, kb: req.GetKnowledgeBase(), start: start, mark: start}
+	ctx, span := tracer.Start(ctx, "gateway.query")
+	defer span.End()
+	c := &call{r: r, req: req, kb: req.GetKnowledgeBase(), start: start, mark: start, span: span}
 	if req.GetExplain() {
 		c.explain = &quarryv1.Explain{Cache: &quarryv1.CacheTrace{}}
 	}
@@ -115,6 +121,7 @@ func (r *Router) Query(ctx context.Context, req *quarryv1.QueryRequest, onDelta 
 	}
 	resp.Elapsed = durationpb.New(time.Since(start))
 	resp.Explain = c.explain
+	r.metrics.record(ctx, span, resp, time.Since(start))
 	if r.log.Enabled(ctx, slog.LevelDebug) {
 		r.log.DebugContext(ctx, "query", "kb", c.kb, "tier", resp.GetTier().String(),
 			"origin_tier", resp.GetOriginTier().String(), "degraded", resp.GetDegraded(), "elapsed", time.Since(start))
@@ -542,6 +549,9 @@ func (c *call) stored(ok bool) {
 
 // stage records the time since the previous stage ended.
 func (c *call) stage(name, outcome string) {
+	if c.span.IsRecording() {
+		c.span.AddEvent(name, trace.WithAttributes(attribute.String("quarry.outcome", outcome)))
+	}
 	if c.explain == nil {
 		return
 	}
