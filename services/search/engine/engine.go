@@ -109,3 +109,19 @@ func PathText(p string) string {
 	}
 	return strings.Join(out, " ")
 }
+
+// Ancestors returns folder and each of its ancestors, "auth/jwt" → ["auth", "auth/jwt"]:
+// the values a document's scope field holds, so a scope filter is one exact term.
+func Ancestors(folder string) []string {
+	folder = strings.Trim(folder, "/")
+	if folder == "" {
+		return nil
+	}
+	var out []string
+	for i := 0; i < len(folder); i++ {
+		if folder[i] == '/' {
+			out = append(out, folder[:i])
+		}
+	}
+	return append(out, folder)
+}

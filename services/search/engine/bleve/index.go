@@ -274,25 +274,10 @@ func fields(d engine.Doc) map[string]any {
 		fieldPath:    strings.Join(text.Words(engine.PathText(d.Path)), " "),
 		fieldContent: strings.Join(text.Words(d.Content), " "),
 	}
-	if folders := ancestors(d.Folder); len(folders) > 0 {
+	if folders := engine.Ancestors(d.Folder); len(folders) > 0 {
 		f[fieldFolders] = folders
 	}
 	return f
-}
-
-// ancestors returns folder and each of its ancestors: "auth/jwt" → ["auth", "auth/jwt"].
-func ancestors(folder string) []string {
-	folder = strings.Trim(folder, "/")
-	if folder == "" {
-		return nil
-	}
-	var out []string
-	for i := 0; i < len(folder); i++ {
-		if folder[i] == '/' {
-			out = append(out, folder[:i])
-		}
-	}
-	return append(out, folder)
 }
 
 func newMapping() (*mapping.IndexMappingImpl, error) {

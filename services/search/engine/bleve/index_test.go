@@ -487,7 +487,7 @@ func TestAncestors(t *testing.T) {
 		{"/auth/", []string{"auth"}},
 	}
 	for _, tc := range tests {
-		if got := ancestors(tc.folder); !slices.Equal(got, tc.want) {
+		if got := engine.Ancestors(tc.folder); !slices.Equal(got, tc.want) {
 			t.Errorf("ancestors(%q) = %v, want %v", tc.folder, got, tc.want)
 		}
 	}

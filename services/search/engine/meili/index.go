@@ -637,7 +637,7 @@ func analyse(d engine.Doc, memo map[string]string) (document, []string) {
 		Title:    title,
 		PathText: pathText,
 		Content:  content,
-		Folders:  ancestors(d.Folder),
+		Folders:  engine.Ancestors(d.Folder),
 		Archived: d.Archived,
 		Summary:  d.Summary,
 	}
@@ -677,21 +677,6 @@ func stems(s string, memo map[string]string) (string, []string) {
 		out = append(out, st)
 	}
 	return strings.Join(out, " "), out
-}
-
-// ancestors returns folder and each of its ancestors: "auth/jwt" → ["auth", "auth/jwt"].
-func ancestors(folder string) []string {
-	folder = strings.Trim(folder, "/")
-	if folder == "" {
-		return nil
-	}
-	var out []string
-	for i := 0; i < len(folder); i++ {
-		if folder[i] == '/' {
-			out = append(out, folder[:i])
-		}
-	}
-	return append(out, folder)
 }
 
 // The index has no stop words: they are removed by Quarry's analysis, with the platform
