@@ -48,7 +48,13 @@ type Server struct {
 	Health *health.Server
 	log    *slog.Logger
 	drain  DrainConfig
+	// draining is closed when Serve starts to drain, so never-ending streams (watches)
+	// can end instead of holding GracefulStop until the drain timeout.
+	draining chan struct{}
 }
+
+// Draining is closed when the server starts to shut down.
+func (s *Server) Draining() <-chan struct{} { return s.draining }
 
 // NewServer returns a server with recovery and logging interceptors, message limits,
 // health and reflection. Register services on it, then call Serve.
@@ -72,10 +78,11 @@ func NewServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithFilter(notHealth))),
 	}
 	s := &Server{
-		Server: grpc.NewServer(append(base, opts...)...),
-		Health: health.NewServer(),
-		log:    log,
-		drain:  DefaultDrain,
+		Server:   grpc.NewServer(append(base, opts...)...),
+		Health:   health.NewServer(),
+		log:      log,
+		drain:    DefaultDrain,
+		draining: make(chan struct{}),
 	}
 	healthpb.RegisterHealthServer(s.Server, s.Health)
 	reflection.Register(s.Server)
@@ -125,6 +132,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	}
 	s.log.Info("draining", "addr", lis.Addr().String(), "grace", s.drain.Grace, "timeout", s.drain.Timeout)
 	s.Health.Shutdown()
+	close(s.draining)
 	if s.drain.Grace > 0 {
 		time.Sleep(s.drain.Grace)
 	}

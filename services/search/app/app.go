@@ -149,7 +149,9 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		return err
 	}
 	s := grpcx.NewServer(log, grpcx.WithAuth(policy)...)
-	quarryv1.RegisterSearchServiceServer(s.Server, server.New(reg, resolve.New(cfg.Resolve, reg, time.Now), log))
+	searchSrv := server.New(reg, resolve.New(cfg.Resolve, reg, time.Now), log)
+	searchSrv.StopWatchesOn(s.Draining())
+	quarryv1.RegisterSearchServiceServer(s.Server, searchSrv)
 	quarryv1.RegisterKnowledgeServiceServer(s.Server, server.NewKnowledge(reg, log))
 	s.SetServing(quarryv1.SearchService_ServiceDesc.ServiceName)
 	s.SetServing(quarryv1.KnowledgeService_ServiceDesc.ServiceName)

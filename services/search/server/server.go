@@ -24,7 +24,13 @@ type Server struct {
 	reg *kb.Registry
 	res *resolve.Resolver
 	log *slog.Logger
+	// draining, when closed, ends the generation watches (nil: never).
+	draining <-chan struct{}
 }
+
+// StopWatchesOn ends WatchGenerations streams when draining is closed (grpcx.Server's
+// Draining), so a shutdown does not wait for watchers that never leave.
+func (s *Server) StopWatchesOn(draining <-chan struct{}) { s.draining = draining }
 
 // New returns the search service's gRPC server.
 func New(reg *kb.Registry, res *resolve.Resolver, log *slog.Logger) *Server {
@@ -134,6 +140,10 @@ func (s *Server) WatchGenerations(_ *quarryv1.WatchGenerationsRequest, stream gr
 		select {
 		case <-stream.Context().Done():
 			return nil
+		case <-s.draining:
+			// The server is shutting down: end the watch so the drain does not wait on
+			// it; watchers reconnect to another replica.
+			return status.Error(codes.Unavailable, "search service shutting down")
 		case st := <-ch:
 			if err := stream.Send(&quarryv1.WatchGenerationsResponse{KnowledgeBases: states(st)}); err != nil {
 				return err
