@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -184,7 +182,7 @@ func BenchmarkSpeedBars(b *testing.B) {
 	})
 	b.Run("T1_fuzzy_10k", func(b *testing.B) {
 		e.measure(b, "T1 fuzzy hit, 10k entries (same stems)", func(int) error {
-			return askFor(quarryv1.Tier_TIER_FUZZY_CACHE, reorder(e.cached[t1.next()]))
+			return askFor(quarryv1.Tier_TIER_FUZZY_CACHE, rewordQuestion(e.cached[t1.next()]))
 		})
 	})
 	b.Run("T2_direct_5000", func(b *testing.B) {
@@ -224,21 +222,6 @@ func BenchmarkSpeedBars(b *testing.B) {
 			fmt.Printf("  %-20s %5d  right %5d\n", tierName(t), n, right[t])
 		}
 	})
-}
-
-// reorder asks the same question with its words in another order and other case, so
-// it misses the exact cache but has the same tokens.
-func reorder(q string) string {
-	w := strings.Fields(q)
-	slices.Reverse(w)
-	return strings.ToUpper(w[0][:1]) + strings.Join(w, " ")[1:]
-}
-
-func percentile(d []time.Duration, p float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := int(float64(len(s))*p+0.5) - 1
-	return s[max(0, min(i, len(s)-1))]
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }

@@ -500,7 +500,8 @@ func gateDetail(resp *quarryv1.QueryResponse) string {
 	return d + "; " + g.GetDirectDecision()
 }
 
-// quantile of sorted durations, nearest rank.
+// quantile is the nearest-rank q-quantile of sorted durations (0 for none): the one
+// percentile rule of eval, bench and the benchmarks.
 func quantile(sorted []time.Duration, q float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0

@@ -59,11 +59,15 @@ func summarize(d []time.Duration) latencySummary {
 	}
 	s := slices.Clone(d)
 	slices.Sort(s)
-	at := func(p float64) float64 {
-		i := int(float64(len(s))*p+0.5) - 1
-		return float64(s[max(0, min(i, len(s)-1))].Microseconds()) / 1000
-	}
-	return latencySummary{N: len(s), P50: at(0.5), P95: at(0.95), P99: at(0.99)}
+	ms := func(p float64) float64 { return float64(quantile(s, p).Microseconds()) / 1000 }
+	return latencySummary{N: len(s), P50: ms(0.5), P95: ms(0.95), P99: ms(0.99)}
+}
+
+// percentile returns the nearest-rank p-quantile of d (not sorted; d is left as it is).
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return quantile(s, p)
 }
 
 // parseMix reads "repeat=0.5,reword=0.2,new=0.25,echo=0.05".
