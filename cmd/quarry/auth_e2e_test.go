@@ -13,7 +13,6 @@ import (
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/auth"
 	"github.com/quarry-router/quarry/platform/grpcx"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -56,11 +55,7 @@ func TestAPIKeysAndIsolation(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-sys.done })
 
 	ask := func(key, kb, q string) (*quarryv1.QueryResponse, error) {
-		var opts []grpc.DialOption
-		if key != "" {
-			opts = append(opts, grpcx.WithBearer(key))
-		}
-		conn, err := grpcx.Dial(sys.Gateway.String(), opts...)
+		conn, err := grpcx.Dial(sys.Gateway.String(), grpcx.WithBearer(key))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,7 +15,6 @@ import (
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/schollz/progressbar/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 )
 
@@ -25,11 +24,7 @@ func knowledgeClient(addr, key string) (quarryv1.KnowledgeServiceClient, func(),
 	if key == "" {
 		key = os.Getenv("QUARRY_API_KEY")
 	}
-	var opts []grpc.DialOption
-	if key != "" {
-		opts = append(opts, grpcx.WithBearer(key))
-	}
-	conn, err := grpcx.Dial(addr, opts...)
+	conn, err := grpcx.Dial(addr, grpcx.WithBearer(key))
 	if err != nil {
 		return nil, nil, err
 	}

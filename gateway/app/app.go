@@ -22,7 +22,6 @@ import (
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/quarry-router/quarry/platform/telemetry"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
@@ -114,13 +113,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	var cfg Config
 	cfg.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := config.ApplyEnv(fs, "GATEWAY"); err != nil {
-		return err
-	}
-	if err := cfg.Validate(); err != nil {
+	if err := config.Parse(fs, "GATEWAY", args, cfg.Validate); err != nil {
 		return err
 	}
 
@@ -144,7 +137,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 		log.Warn("no API keys configured: every caller may query every knowledge base", "listen", cfg.Listen)
 	}
 
-	searchConn, err := grpcx.Dial(cfg.SearchAddr, bearer(cfg.SearchKey)...)
+	searchConn, err := grpcx.Dial(cfg.SearchAddr, grpcx.WithBearer(cfg.SearchKey))
 	if err != nil {
 		return err
 	}
@@ -152,7 +145,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	searchClient := quarryv1.NewSearchServiceClient(searchConn)
 	var agent route.Agent
 	if cfg.AgentAddr != "" {
-		agentConn, err := grpcx.Dial(cfg.AgentAddr, bearer(cfg.AgentKey)...)
+		agentConn, err := grpcx.Dial(cfg.AgentAddr, grpcx.WithBearer(cfg.AgentKey))
 		if err != nil {
 			return err
 		}
@@ -231,12 +224,4 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 		return nil
 	})
 	return g.Wait()
-}
-
-// bearer is the dial option presenting a service credential, none for an empty key.
-func bearer(key string) []grpc.DialOption {
-	if key == "" {
-		return nil
-	}
-	return []grpc.DialOption{grpcx.WithBearer(key)}
 }

@@ -42,3 +42,15 @@ func ApplyEnv(fs *flag.FlagSet, prefix string) error {
 	})
 	return err
 }
+
+// Parse parses args into fs, lets the environment override the flags not given, and
+// then runs validate: the start of every Quarry binary.
+func Parse(fs *flag.FlagSet, prefix string, args []string, validate func() error) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := ApplyEnv(fs, prefix); err != nil {
+		return err
+	}
+	return validate()
+}

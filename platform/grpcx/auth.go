@@ -21,8 +21,12 @@ func WithAuth(policy *auth.Policy) []grpc.ServerOption {
 }
 
 // WithBearer sends key as "authorization: Bearer <key>" on every call of a connection:
-// the service credential one Quarry service presents to another.
+// the service credential one Quarry service presents to another. An empty key sends
+// nothing, so callers pass their configured key as it is.
 func WithBearer(key string) grpc.DialOption {
+	if key == "" {
+		return grpc.EmptyDialOption{}
+	}
 	return grpc.WithPerRPCCredentials(bearerCreds(key))
 }
 

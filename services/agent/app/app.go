@@ -18,7 +18,6 @@ import (
 	"github.com/quarry-router/quarry/services/agent/server"
 	"github.com/quarry-router/quarry/services/agent/tools"
 	"github.com/quarry-router/quarry/services/agent/upstream"
-	"google.golang.org/grpc"
 )
 
 // Config is the agent service's whole configuration.
@@ -65,23 +64,13 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	var cfg Config
 	cfg.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := config.ApplyEnv(fs, "agent"); err != nil {
-		return err
-	}
-	if err := cfg.Validate(); err != nil {
+	if err := config.Parse(fs, "agent", args, cfg.Validate); err != nil {
 		return err
 	}
 
 	var answerer server.Answerer
 	if cfg.LLM.Enabled() {
-		var opts []grpc.DialOption
-		if cfg.SearchKey != "" {
-			opts = append(opts, grpcx.WithBearer(cfg.SearchKey))
-		}
-		conn, err := grpcx.Dial(cfg.SearchAddr, opts...)
+		conn, err := grpcx.Dial(cfg.SearchAddr, grpcx.WithBearer(cfg.SearchKey))
 		if err != nil {
 			return err
 		}

@@ -94,13 +94,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	fs := flag.NewFlagSet("search", flag.ContinueOnError)
 	var cfg Config
 	cfg.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := config.ApplyEnv(fs, "search"); err != nil {
-		return err
-	}
-	if err := cfg.Validate(); err != nil {
+	if err := config.Parse(fs, "search", args, cfg.Validate); err != nil {
 		return err
 	}
 	kbs, err := cfg.knowledgeBases()

@@ -13,7 +13,6 @@ import (
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/auth"
 	"github.com/quarry-router/quarry/platform/grpcx"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -47,11 +46,7 @@ func TestAPIKeys(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 
 	call := func(key string, f func(context.Context, quarryv1.SearchServiceClient, quarryv1.KnowledgeServiceClient) error) codes.Code {
-		var opts []grpc.DialOption
-		if key != "" {
-			opts = append(opts, grpcx.WithBearer(key))
-		}
-		conn, err := grpcx.Dial(addr.String(), opts...)
+		conn, err := grpcx.Dial(addr.String(), grpcx.WithBearer(key))
 		if err != nil {
 			t.Fatal(err)
 		}
