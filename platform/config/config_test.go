@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"flag"
 	"testing"
 	"time"
@@ -37,5 +38,20 @@ func TestApplyEnv(t *testing.T) {
 				t.Errorf("cache-ttl = %v, want %v", *ttl, tt.want)
 			}
 		})
+	}
+}
+
+func TestParseValidatesAfterTheEnvironment(t *testing.T) {
+	t.Setenv("QUARRY_GATEWAY_CACHE_TTL", "-1s")
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	ttl := fs.Duration("cache-ttl", time.Minute, "")
+	err := Parse(fs, "gateway", nil, func() error {
+		if *ttl <= 0 {
+			return errors.New("-cache-ttl must be positive")
+		}
+		return nil
+	})
+	if err == nil || *ttl != -time.Second {
+		t.Fatalf("Parse = %v with ttl %v: validation must see the environment's value and fail", err, *ttl)
 	}
 }
