@@ -176,14 +176,16 @@ func BenchmarkSpeedBars(b *testing.B) {
 	// which would make asking it again an exact hit.
 	t0, t1 := newBenchPicker(1, len(e.cached)), newBenchPicker(3, len(e.cached))
 	b.Run("T0_exact", func(b *testing.B) {
-		e.measure(b, "T0 exact hit", func(int) error {
+		_, p99 := e.measure(b, "T0 exact hit", func(int) error {
 			return askFor(quarryv1.Tier_TIER_EXACT_CACHE, e.cached[t0.next()])
 		})
+		reportBar(b, "T0 exact hit p99 (in-process cache)", b.N, p99, time.Millisecond)
 	})
 	b.Run("T1_fuzzy_10k", func(b *testing.B) {
-		e.measure(b, "T1 fuzzy hit, 10k entries (same stems)", func(int) error {
+		_, p99 := e.measure(b, "T1 fuzzy hit, 10k entries (same stems)", func(int) error {
 			return askFor(quarryv1.Tier_TIER_FUZZY_CACHE, rewordQuestion(e.cached[t1.next()]))
 		})
+		reportBar(b, "T1 fuzzy hit p99, 10k entries (in-process cache)", b.N, p99, 2*time.Millisecond)
 	})
 	b.Run("T2_direct_5000", func(b *testing.B) {
 		// Questions from the uncached half: each one is a miss that runs the search path.
@@ -216,6 +218,7 @@ func BenchmarkSpeedBars(b *testing.B) {
 			p50, p99 := percentile(direct, 0.5), percentile(direct, 0.99)
 			b.ReportMetric(us(p99), "T2-p99-µs")
 			fmt.Printf("%-36s n=%-6d p50 %8.1f µs   p99 %8.1f µs\n", "T2 direct answers only", len(direct), us(p50), us(p99))
+			reportBar(b, "T2 direct answer p99, 5,000-file KB", len(direct), p99, 20*time.Millisecond)
 		}
 		fmt.Printf("tier mix of %d known-item questions (right = top source is the expected file):\n", b.N)
 		for t, n := range tiers {

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
@@ -93,13 +94,18 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer conn.Close()
-	rssBefore := rssKiB()
+	var mem memoryReport
+	if *addr == "" {
+		cfg.OnMeasuring = func() { mem.RSSStartKiB, mem.HeapStartKiB = rssKiB(), liveHeapKiB() }
+	}
 	rep, err := runLoad(ctx, quarryv1.NewQueryServiceClient(conn), healthpb.NewHealthClient(conn), cfg, stderr)
 	if err != nil {
 		return err
 	}
 	if *addr == "" {
-		rep.RSS = map[string]int64{"before": rssBefore, "after": rssKiB()}
+		runtime.GC()
+		mem.RSSEndKiB, mem.RSSPeakKiB, mem.HeapEndKiB = rssKiB(), peakRSSKiB(), liveHeapKiB()
+		rep.Memory = &mem
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)

@@ -102,6 +102,8 @@ func BenchmarkLLMOverhead(b *testing.B) {
 			ms(base.minusDelay50), ms(base.outside50), ms(base.minusDelay99), ms(base.outside99))
 		b.ReportMetric(ms(f.minusDelay50), "overhead-p50-ms")
 		b.ReportMetric(ms(f.minusDelay99), "overhead-p99-ms")
+		reportBar(b, "LLM overhead p50 (end to end minus the model)", b.N, f.minusDelay50, 5*time.Millisecond)
+		reportBar(b, "LLM overhead p99 (end to end minus the model)", b.N, f.minusDelay99, 5*time.Millisecond)
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"runtime/metrics"
 	"slices"
 	"sort"
 	"strconv"
@@ -31,6 +32,8 @@ type loadConfig struct {
 	Mix       map[string]float64
 	Questions []string
 	Timeout   time.Duration
+	// OnMeasuring, if set, is called once when the warm-up ends, before measured calls.
+	OnMeasuring func()
 }
 
 // loadReport is what a run measured.
@@ -42,7 +45,7 @@ type loadReport struct {
 	ByTier   map[string]latencySummary  `json:"by_tier"`
 	ByKind   map[string]latencySummary  `json:"by_kind"`
 	ErrorsBy map[string]int64           `json:"errors_by_code,omitempty"`
-	RSS      map[string]int64           `json:"rss_kib,omitempty"`
+	Memory   *memoryReport              `json:"memory,omitempty"`
 	raw      map[string][]time.Duration // by tier
 }
 
@@ -155,6 +158,9 @@ func runLoad(ctx context.Context, c quarryv1.QueryServiceClient, h healthpb.Heal
 	var calls, errs atomic.Int64
 	measuring := atomic.Bool{}
 	if cfg.Warmup <= 0 {
+		if cfg.OnMeasuring != nil {
+			cfg.OnMeasuring()
+		}
 		measuring.Store(true)
 	}
 
@@ -163,7 +169,13 @@ func runLoad(ctx context.Context, c quarryv1.QueryServiceClient, h healthpb.Heal
 	start := time.Now()
 	var measuredFrom atomic.Int64
 	if cfg.Warmup > 0 {
-		time.AfterFunc(cfg.Warmup, func() { measuredFrom.Store(time.Now().UnixNano()); measuring.Store(true) })
+		time.AfterFunc(cfg.Warmup, func() {
+			if cfg.OnMeasuring != nil {
+				cfg.OnMeasuring()
+			}
+			measuredFrom.Store(time.Now().UnixNano())
+			measuring.Store(true)
+		})
 	} else {
 		measuredFrom.Store(start.UnixNano())
 	}
@@ -278,19 +290,47 @@ func (r *loadReport) print(w io.Writer) {
 		s := r.ByTier[t]
 		fmt.Fprintf(w, "%-16s %8d %9.3f %9.3f %9.3f\n", t, s.N, s.P50, s.P95, s.P99)
 	}
-	if len(r.RSS) > 0 {
-		fmt.Fprintf(w, "RSS before %d KiB, after %d KiB\n", r.RSS["before"], r.RSS["after"])
+	if m := r.Memory; m != nil {
+		fmt.Fprintf(w, "memory (whole process): RSS %d MiB after warm-up, %d MiB at the end (peak %d MiB); live heap %d -> %d MiB\n",
+			m.RSSStartKiB>>10, m.RSSEndKiB>>10, m.RSSPeakKiB>>10, m.HeapStartKiB>>10, m.HeapEndKiB>>10)
 	}
 }
 
+// memoryReport shows whether a load run leaks: the process's resident set and live heap
+// when measuring began and at its end. Growth within the caches' bounds is expected.
+type memoryReport struct {
+	RSSStartKiB  int64 `json:"rss_start_kib"`
+	RSSEndKiB    int64 `json:"rss_end_kib"`
+	RSSPeakKiB   int64 `json:"rss_peak_kib"`
+	HeapStartKiB int64 `json:"live_heap_start_kib"`
+	HeapEndKiB   int64 `json:"live_heap_end_kib"`
+}
+
+// liveHeapKiB is the heap that survived the last garbage collection: unlike HeapAlloc
+// it does not swing with garbage not yet collected, and reading it forces no collection
+// (which would pause the callers being measured).
+func liveHeapKiB() int64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(s[0].Value.Uint64() >> 10)
+}
+
+// peakRSSKiB is this process's peak resident set size (VmHWM) from /proc.
+func peakRSSKiB() int64 { return procStatusKiB("VmHWM:") }
+
 // rssKiB returns this process's resident set size from /proc (0 where unavailable).
-func rssKiB() int64 {
+func rssKiB() int64 { return procStatusKiB("VmRSS:") }
+
+func procStatusKiB(field string) int64 {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(l, field); ok {
 			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return n
 		}

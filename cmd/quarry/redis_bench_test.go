@@ -219,12 +219,14 @@ func BenchmarkRedisSpeedBars(b *testing.B) {
 			return askFor([]quarryv1.QueryServiceClient{e.a, e.b}[i%2], quarryv1.Tier_TIER_EXACT_CACHE, cached[t0.next()])
 		})
 		b.ReportMetric(float64(p99)/float64(e.echoGetP), "p99/baseline-p99")
+		reportBar(b, "T0 exact hit p99 (Redis)", b.N, p99, time.Millisecond)
 	})
 	b.Run("T1_fuzzy_10k", func(b *testing.B) {
 		_, p99 := measureRedis(b, "T1 fuzzy hit, 10k entries (Redis)", func(i int) (bool, error) {
 			return askFor([]quarryv1.QueryServiceClient{e.a, e.b}[i%2], quarryv1.Tier_TIER_FUZZY_CACHE, rewordQuestion(cached[t1.next()]))
 		})
 		b.ReportMetric(float64(p99)/float64(e.echoGetP), "p99/baseline-p99")
+		reportBar(b, "T1 fuzzy hit p99, 10k entries (Redis)", b.N, p99, 2*time.Millisecond)
 	})
 	b.Run("T1_fuzzy_10k_search_elsewhere", func(b *testing.B) {
 		// The same picker as T1's: no question reworded twice.
