@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/quarry-router/quarry/platform/text"
+	"github.com/quarry-router/quarry/services/search/lexicon"
 	"github.com/quarry-router/quarry/services/search/rank"
 )
 
@@ -43,6 +44,33 @@ type Config struct {
 	OODTermMinLen int
 	// OODTopK is how many top results that rule looks at (10).
 	OODTopK int
+	// OODWrittenNames: a word the question writes like a name (OODInput.Written) that the
+	// KB never uses makes the question out of domain even when the all-terms search
+	// matched: the word is in no document, so that match was the engine's prefix or typo
+	// match ("React" typo-matches "read", "Serde" "serve"), which is no evidence (SPEC §2).
+	// A mistyped word is not written like a name, so typos keep the all-terms protection.
+	OODWrittenNames bool
+	// OODWrittenNameMax: such a name counts while the best relevance is below this (0.85).
+	OODWrittenNameMax float64
+	// OODWrittenNameMinLen is the shortest name (characters) that counts (3): a name
+	// written as one ("Vue", "Qt5") is a name however short, while a short lower-case word
+	// is often an abbreviation the KB spells out, hence OODTermMinLen.
+	OODWrittenNameMinLen int
+	// OODUnfamiliarShare: everyday words the KB never uses make a question out of domain
+	// when they are at least this share of its words (0.5). Lower, a reworded question
+	// with one synonym the KB lacks in three words ("which permission scope should I
+	// use") would be out of domain.
+	OODUnfamiliarShare float64
+	// OODUnfamiliarAllTerms: unfamiliar_words runs even when the all-terms search matched.
+	// A word the KB never uses can only have matched by typo or prefix ("dress" matches
+	// "address"), which is no evidence that the KB covers it.
+	OODUnfamiliarAllTerms bool
+	// OODLabelNames: the words of a short leading label ("Rails: how to ...") are written
+	// like names (lexicon.Writing.Label).
+	OODLabelNames bool
+	// OODQualifiedNames: the parts of a qualified identifier ("torch.nn.Module") are
+	// written like names (lexicon.Writing.Qualified).
+	OODQualifiedNames bool
 
 	// EntityTrigger: entity search runs when the first search returns fewer results (3).
 	EntityTrigger int
@@ -55,19 +83,26 @@ type Config struct {
 // DefaultConfig returns the SPEC defaults.
 func DefaultConfig() Config {
 	return Config{
-		DirectMin:       0.85,
-		DirectHigh:      0.93,
-		DirectGap:       0.08,
-		PrefetchMin:     0.7,
-		DirectMaxDocs:   5,
-		OODMinFiles:     50,
-		OODMinRelevance: 0.45,
-		OODAllTermsMax:  0.85,
-		OODTermMinLen:   4,
-		OODTopK:         10,
-		EntityTrigger:   3,
-		EntityMinLen:    3,
-		EntityMaxTerms:  3,
+		DirectMin:             0.85,
+		DirectHigh:            0.93,
+		DirectGap:             0.08,
+		PrefetchMin:           0.7,
+		DirectMaxDocs:         5,
+		OODMinFiles:           50,
+		OODMinRelevance:       0.45,
+		OODAllTermsMax:        0.85,
+		OODTermMinLen:         4,
+		OODTopK:               10,
+		OODWrittenNames:       true,
+		OODWrittenNameMax:     0.85,
+		OODWrittenNameMinLen:  3,
+		OODUnfamiliarShare:    0.5,
+		OODUnfamiliarAllTerms: true,
+		OODLabelNames:         true,
+		OODQualifiedNames:     true,
+		EntityTrigger:         3,
+		EntityMinLen:          3,
+		EntityMaxTerms:        3,
 	}
 }
 
@@ -84,6 +119,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.OODAllTermsMax, "gate-ood-all-terms-max", d.OODAllTermsMax, "out of domain: best relevance below which an unmatched term counts")
 	fs.IntVar(&c.OODTermMinLen, "gate-ood-term-min-len", d.OODTermMinLen, "out of domain: shortest query word (characters) that must match")
 	fs.IntVar(&c.OODTopK, "gate-ood-top-k", d.OODTopK, "out of domain: top results searched for each query word")
+	fs.BoolVar(&c.OODWrittenNames, "gate-ood-written-names", d.OODWrittenNames, "out of domain: a word written like a name that the KB never uses counts even when the all-terms search matched")
+	fs.Float64Var(&c.OODWrittenNameMax, "gate-ood-written-name-max", d.OODWrittenNameMax, "out of domain: best relevance below which a word written like a name that the KB never uses counts")
+	fs.IntVar(&c.OODWrittenNameMinLen, "gate-ood-written-name-min-len", d.OODWrittenNameMinLen, "out of domain: shortest word written like a name (characters) that counts")
+	fs.Float64Var(&c.OODUnfamiliarShare, "gate-ood-unfamiliar-share", d.OODUnfamiliarShare, "out of domain: share of a question's words that, as everyday words the KB never uses, make it out of domain")
+	fs.BoolVar(&c.OODUnfamiliarAllTerms, "gate-ood-unfamiliar-all-terms", d.OODUnfamiliarAllTerms, "out of domain: everyday words the KB never uses count even when the all-terms search matched (by typo or prefix)")
+	fs.BoolVar(&c.OODLabelNames, "gate-ood-label-names", d.OODLabelNames, `out of domain: the words of a short leading label ("Rails: how to ...") are written like names`)
+	fs.BoolVar(&c.OODQualifiedNames, "gate-ood-qualified-names", d.OODQualifiedNames, `out of domain: the parts of a qualified identifier ("torch.nn.Module") are written like names`)
 	fs.IntVar(&c.EntityTrigger, "gate-entity-trigger", d.EntityTrigger, "entity search runs below this many results")
 	fs.IntVar(&c.EntityMinLen, "gate-entity-min-len", d.EntityMinLen, "entity search: shortest word (characters)")
 	fs.IntVar(&c.EntityMaxTerms, "gate-entity-max-terms", d.EntityMaxTerms, "entity search: words searched")
@@ -108,6 +150,8 @@ func (c Config) Validate() error {
 	unit("gate-prefetch-min", c.PrefetchMin)
 	unit("gate-ood-min-relevance", c.OODMinRelevance)
 	unit("gate-ood-all-terms-max", c.OODAllTermsMax)
+	unit("gate-ood-written-name-max", c.OODWrittenNameMax)
+	unit("gate-ood-unfamiliar-share", c.OODUnfamiliarShare)
 	if c.DirectHigh < c.DirectMin {
 		errs = append(errs, fmt.Errorf("-gate-direct-high (%g) must be >= -gate-direct-min (%g)", c.DirectHigh, c.DirectMin))
 	}
@@ -118,6 +162,7 @@ func (c Config) Validate() error {
 	atLeast("gate-ood-min-files", c.OODMinFiles, 0)
 	atLeast("gate-ood-term-min-len", c.OODTermMinLen, 1)
 	atLeast("gate-ood-top-k", c.OODTopK, 1)
+	atLeast("gate-ood-written-name-min-len", c.OODWrittenNameMinLen, 1)
 	atLeast("gate-entity-trigger", c.EntityTrigger, 0)
 	atLeast("gate-entity-min-len", c.EntityMinLen, 1)
 	atLeast("gate-entity-max-terms", c.EntityMaxTerms, 0)
@@ -127,17 +172,36 @@ func (c Config) Validate() error {
 // Thresholds returns the thresholds in force by name, for the routing trace.
 func (c Config) Thresholds() map[string]float64 {
 	return map[string]float64{
-		"direct_min":        c.DirectMin,
-		"direct_high":       c.DirectHigh,
-		"direct_gap":        c.DirectGap,
-		"prefetch_min":      c.PrefetchMin,
-		"direct_max_docs":   float64(c.DirectMaxDocs),
-		"ood_min_files":     float64(c.OODMinFiles),
-		"ood_min_relevance": c.OODMinRelevance,
-		"ood_all_terms_max": c.OODAllTermsMax,
-		"ood_term_min_len":  float64(c.OODTermMinLen),
-		"ood_top_k":         float64(c.OODTopK),
+		"direct_min":               c.DirectMin,
+		"direct_high":              c.DirectHigh,
+		"direct_gap":               c.DirectGap,
+		"prefetch_min":             c.PrefetchMin,
+		"direct_max_docs":          float64(c.DirectMaxDocs),
+		"ood_min_files":            float64(c.OODMinFiles),
+		"ood_min_relevance":        c.OODMinRelevance,
+		"ood_all_terms_max":        c.OODAllTermsMax,
+		"ood_term_min_len":         float64(c.OODTermMinLen),
+		"ood_top_k":                float64(c.OODTopK),
+		"ood_written_names":        b2f(c.OODWrittenNames),
+		"ood_written_name_max":     c.OODWrittenNameMax,
+		"ood_written_name_min_len": float64(c.OODWrittenNameMinLen),
+		"ood_unfamiliar_share":     c.OODUnfamiliarShare,
+		"ood_unfamiliar_all_terms": b2f(c.OODUnfamiliarAllTerms),
+		"ood_label_names":          b2f(c.OODLabelNames),
+		"ood_qualified_names":      b2f(c.OODQualifiedNames),
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Writing returns the ways of writing a word, besides capitals, that make it a name.
+func (c Config) Writing() lexicon.Writing {
+	return lexicon.Writing{Label: c.OODLabelNames, Qualified: c.OODQualifiedNames}
 }
 
 // NeedEntitySearch reports whether a first search with n results calls for entity search.
@@ -194,6 +258,11 @@ type OODInput struct {
 	// of the question's words, since a reworded question brings one or two of its own.
 	// Nil counts every such word as a name.
 	IsName func(word string) bool
+	// Written reports whether the question writes a word like a name: capitalised inside
+	// the question, in a leading label, as part of a qualified identifier
+	// (lexicon.NamesWith). Such a word is a name whatever the dictionary says ("Rails",
+	// "React"); see OODWrittenNames. Nil: no word is.
+	Written func(word string) bool
 }
 
 // OutOfDomain applies SPEC §2's out-of-domain rules in order and returns the first that
@@ -208,6 +277,12 @@ type OODInput struct {
 //     matches always find something ("are" prefix-matches "arecord"): they are not
 //     evidence that the KB covers the word. A word the KB uses elsewhere does not count
 //     (a rewording), and an everyday word only through unfamiliar_words (see IsName).
+//     A word the question writes like a name (Written: "Can React ...", "Rails: ...",
+//     "torch.nn") of OODWrittenNameMinLen+ characters that the KB never uses counts even
+//     after an all-terms match, below OODWrittenNameMax (OODWrittenNames): the question's
+//     author named something the KB does not know, whatever the dictionary says;
+//   - unfamiliar_words: everyday words the KB never uses are at least OODUnfamiliarShare
+//     of the question's words (after an all-terms match too with OODUnfamiliarAllTerms).
 func (c Config) OutOfDomain(in OODInput) (rule string, ood bool) {
 	if len(in.Results) == 0 {
 		return RuleNoResults, true
@@ -216,7 +291,14 @@ func (c Config) OutOfDomain(in OODInput) (rule string, ood bool) {
 	if in.Files >= c.OODMinFiles && best < c.OODMinRelevance {
 		return RuleLowRelevance, true
 	}
-	if !in.AllTermsMatched && in.Contains != nil {
+	if c.OODWrittenNames && in.Written != nil && in.InKB != nil && best < c.OODWrittenNameMax {
+		for _, w := range in.Terms {
+			if utf8.RuneCountInString(w) >= c.OODWrittenNameMinLen && !text.IsStopWord(w) && in.Written(w) && !in.InKB(text.Stem(w)) {
+				return RuleUnmatchedTerm, true
+			}
+		}
+	}
+	if in.Contains != nil && (!in.AllTermsMatched || c.OODUnfamiliarAllTerms) {
 		top := in.Results[:min(len(in.Results), c.OODTopK)]
 		unfamiliar := 0
 		for _, w := range in.Terms {
@@ -231,7 +313,7 @@ func (c Config) OutOfDomain(in OODInput) (rule string, ood bool) {
 				continue
 			}
 			if in.IsName == nil || in.IsName(w) {
-				if best < c.OODAllTermsMax {
+				if !in.AllTermsMatched && best < c.OODAllTermsMax {
 					return RuleUnmatchedTerm, true
 				}
 				continue
@@ -241,7 +323,7 @@ func (c Config) OutOfDomain(in OODInput) (rule string, ood bool) {
 		// Not gated on relevance: everyday words the KB never uses carry no weight in
 		// coverage, so the rest of the question can match perfectly ("rotate" in "how do
 		// I rotate the tires on the company car").
-		if unfamiliar > 0 && 2*unfamiliar >= contentWords(in.Terms) {
+		if unfamiliar > 0 && float64(unfamiliar) >= c.OODUnfamiliarShare*float64(contentWords(in.Terms))-1e-9 {
 			return RuleUnfamiliarWords, true
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/quarry-router/quarry/platform/text"
 	"github.com/quarry-router/quarry/services/search/rank"
 	"github.com/quarry-router/quarry/services/search/tree"
 )
@@ -264,6 +265,9 @@ func TestConfig(t *testing.T) {
 		{"gate-direct-max-docs", "0"},
 		{"gate-ood-top-k", "0"},
 		{"gate-entity-min-len", "0"},
+		{"gate-ood-written-name-max", "1.5"},
+		{"gate-ood-written-name-min-len", "0"},
+		{"gate-ood-unfamiliar-share", "-0.1"},
 	}
 	for _, tc := range bad {
 		t.Run(tc.flag, func(t *testing.T) {
@@ -275,6 +279,79 @@ func TestConfig(t *testing.T) {
 			}
 			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "-"+tc.flag) {
 				t.Fatalf("Validate = %v, want an error naming -%s", err, tc.flag)
+			}
+		})
+	}
+}
+
+// TestOutOfDomainNamesByWritingAndWordsByForm checks the rules on how a question writes a
+// word (OODWrittenNames) and on everyday words the KB never uses (OODUnfamiliarAllTerms,
+// OODUnfamiliarShare), each with the question that must stay in domain beside the one
+// that must not.
+func TestOutOfDomainWrittenNamesAndUnfamiliarWords(t *testing.T) {
+	// known returns an InKB over the stems of words.
+	known := func(words ...string) func(string) bool {
+		stems := text.Stems(words)
+		return func(stem string) bool { return slices.Contains(stems, stem) }
+	}
+	set := func(words ...string) func(string) bool {
+		return func(w string) bool { return slices.Contains(words, w) }
+	}
+	everyday := func(string) bool { return false }
+	top := kbContains(map[string][]string{"r0.md": text.Stems([]string{"split", "string", "log", "file", "code", "rotate", "signing", "key"})})
+	tests := []struct {
+		name string
+		edit func(*Config)
+		in   OODInput
+		want string
+	}{
+		{"written name the KB never uses fires although the all-terms search matched (by typo)", nil,
+			OODInput{Results: results(0.6), AllTermsMatched: true, Terms: []string{"react", "split", "string"}, Contains: top,
+				InKB: known("split", "string"), IsName: set("react"), Written: set("react")}, RuleUnmatchedTerm},
+		{"written names off: the all-terms match protects a written name", func(c *Config) { c.OODWrittenNames = false },
+			OODInput{Results: results(0.6), AllTermsMatched: true, Terms: []string{"react", "split", "string"}, Contains: top,
+				InKB: known("split", "string"), IsName: set("react"), Written: set("react")}, ""},
+		{"a lower-case word no dictionary has keeps the all-terms protection: it may be a typo of a KB word", nil,
+			OODInput{Results: results(0.6), AllTermsMatched: true, Terms: []string{"sigining", "key"}, Contains: top,
+				InKB: known("signing", "key"), IsName: set("sigining"), Written: set()}, ""},
+		{"a written name of 3 characters counts (Vue)", nil,
+			OODInput{Results: results(0.6), Terms: []string{"vue", "log", "file"}, Contains: top,
+				InKB: known("log", "file"), IsName: set("vue"), Written: set("vue")}, RuleUnmatchedTerm},
+		{"a written name under 3 characters does not count (Qt)", nil,
+			OODInput{Results: results(0.6), AllTermsMatched: true, Terms: []string{"qt", "log", "file"}, Contains: top,
+				InKB: known("log", "file"), IsName: set("qt"), Written: set("qt")}, ""},
+		{"a written name the KB uses is no evidence (JWT: how do I rotate the signing key)", nil,
+			OODInput{Results: results(0.6), AllTermsMatched: true, Terms: []string{"jwt", "rotate", "signing", "key"}, Contains: top,
+				InKB: known("jwt", "rotate", "signing", "key"), IsName: set("jwt"), Written: set("jwt")}, ""},
+		{"a written name does not fire once R reaches 0.85", nil,
+			OODInput{Results: results(0.9), AllTermsMatched: true, Terms: []string{"rails", "split", "string"}, Contains: top,
+				InKB: known("split", "string"), IsName: set("rails"), Written: set("rails")}, ""},
+		{"one word in three the KB never uses is a rewording (which permission scope should I use)", nil,
+			OODInput{Results: results(0.84), Terms: []string{"permission", "scope", "use"}, Contains: kbContains(map[string][]string{"r0.md": {"scope", "use"}}),
+				InKB: known("scope", "use"), IsName: everyday}, ""},
+		{"a share of 1/3 calls one word in three out of domain", func(c *Config) { c.OODUnfamiliarShare = 0.33 },
+			OODInput{Results: results(0.84), Terms: []string{"permission", "scope", "use"}, Contains: kbContains(map[string][]string{"r0.md": {"scope", "use"}}),
+				InKB: known("scope", "use"), IsName: everyday}, RuleUnfamiliarWords},
+		{"unfamiliar_words runs although the all-terms search matched: dress matched address by typo", nil,
+			OODInput{Results: results(0.87), AllTermsMatched: true, Terms: []string{"dress", "code"}, Contains: top,
+				InKB: known("code"), IsName: everyday}, RuleUnfamiliarWords},
+		{"unfamiliar_words off after an all-terms match", func(c *Config) { c.OODUnfamiliarAllTerms = false },
+			OODInput{Results: results(0.87), AllTermsMatched: true, Terms: []string{"dress", "code"}, Contains: top,
+				InKB: known("code"), IsName: everyday}, ""},
+		{"an all-terms match still protects a name not written as one", nil,
+			OODInput{Results: results(0.6), AllTermsMatched: true, Terms: []string{"pandas", "split", "string"}, Contains: top,
+				InKB: known("split", "string"), IsName: set("pandas"), Written: set()}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			if tc.edit != nil {
+				tc.edit(&cfg)
+			}
+			tc.in.Files = 10
+			rule, ood := cfg.OutOfDomain(tc.in)
+			if rule != tc.want || ood != (tc.want != "") {
+				t.Fatalf("OutOfDomain = %q, %v; want %q", rule, ood, tc.want)
 			}
 		})
 	}

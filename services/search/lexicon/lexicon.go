@@ -83,6 +83,101 @@ func Names(query string) map[string]bool {
 	return out
 }
 
+// Writing says which ways of writing a word mark it as a name besides those Names knows.
+// A name the KB never mentions makes a question out of domain, so each way is one the
+// question's author chose, not a habit of typing: a lower-case everyday word anywhere
+// else in a question is read as a rewording (see package gate).
+type Writing struct {
+	// Label: the words of a short label that opens the question and ends in a colon
+	// ("Rails: how to encode a string to base64", "Spring Boot: ...") name its topic, even
+	// when they are English words written at the start of the sentence, where a capital
+	// says nothing. The topic is what the KB must cover: "Backups: how often do they run?"
+	// is in domain because the KB knows backups, whatever other words it lacks.
+	Label bool
+	// Qualified: the parts of a qualified identifier — words joined by ".", "::" or "#"
+	// with no space ("torch.nn.Module.forward", "Array.prototype.reduce", "std::vector",
+	// "Enumerable#each_slice") — are names of code, not the English words they spell.
+	Qualified bool
+}
+
+// LabelMaxWords is the most words a leading label may have: a topic ("Kotlin coroutines",
+// "Spring Boot"), not a sentence that happens to end in a colon.
+const LabelMaxWords = 3
+
+// discourse holds words that open a question without naming its topic ("Quick
+// question: ...", "Update: ...", "Hi: ..."): a label holding one is not a topic label.
+var discourse = map[string]bool{
+	"question": true, "questions": true, "quick": true, "update": true, "note": true, "help": true,
+	"hi": true, "hello": true, "hey": true, "thanks": true, "please": true, "urgent": true,
+	"fyi": true, "edit": true, "followup": true, "follow": true, "context": true, "background": true,
+	"tldr": true, "ps": true, "q": true, "btw": true, "ok": true, "okay": true, "also": true,
+	"newbie": true, "beginner": true, "problem": true, "issue": true, "summary": true,
+}
+
+// NamesWith returns Names(query) plus the words written like names in the ways w turns on.
+func NamesWith(query string, w Writing) map[string]bool {
+	out := Names(query)
+	if w.Label {
+		for _, word := range label(query) {
+			out[word] = true
+		}
+	}
+	if w.Qualified {
+		for _, word := range qualified(query) {
+			out[word] = true
+		}
+	}
+	return out
+}
+
+// label returns the words of the label that opens query, or nil. The colon must be
+// followed by a space and then the question: "std::vector" and "Rails:" are no labels.
+func label(query string) []string {
+	q := strings.TrimSpace(query)
+	i := strings.Index(q, ": ")
+	if i <= 0 || strings.TrimSpace(q[i+1:]) == "" {
+		return nil
+	}
+	ws := text.Words(q[:i])
+	if len(ws) == 0 || len(ws) > LabelMaxWords {
+		return nil
+	}
+	for _, w := range ws {
+		if text.IsStopWord(w) || discourse[w] {
+			return nil
+		}
+	}
+	return ws
+}
+
+// qualified returns the words of query's qualified identifiers.
+func qualified(query string) []string {
+	var out []string
+	for _, f := range strings.Fields(query) {
+		f = strings.TrimFunc(f, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+		parts := strings.FieldsFunc(strings.ReplaceAll(f, "::", "."), func(r rune) bool { return r == '.' || r == '#' })
+		if len(parts) < 2 {
+			continue
+		}
+		lettered := 0
+		for _, p := range parts {
+			if strings.IndexFunc(p, unicode.IsLetter) >= 0 {
+				lettered++
+			}
+		}
+		// "v1.2" and "3.14" are versions and numbers, not code.
+		if lettered < 2 {
+			continue
+		}
+		for _, w := range text.Words(f) {
+			if strings.IndexFunc(w, unicode.IsLetter) >= 0 {
+				out = append(out, w)
+			}
+		}
+	}
+	return out
+}
+
 // NameLike reports whether a lower-case word of a query should be taken as a name:
 // written like one in the query (names from Names), or not an English word at all.
 func NameLike(word string, names map[string]bool) bool {

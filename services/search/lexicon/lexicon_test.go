@@ -58,3 +58,42 @@ func TestNameLike(t *testing.T) {
 		t.Error("a word no dictionary has is a name")
 	}
 }
+
+func TestNamesWith(t *testing.T) {
+	both := Writing{Label: true, Qualified: true}
+	tests := []struct {
+		name, query string
+		w           Writing
+		want        []string
+	}{
+		{"a leading label names the topic, English word or not", "Rails: how to encode a string to hex", both, []string{"rails"}},
+		{"a label of two words", "Spring Boot: how to read a CSV file", both, []string{"spring", "boot"}},
+		{"a lower-case label", "pandas: how to format a number", both, []string{"pandas"}},
+		{"a label of a qualified name", "Express.js: how to log to a file", both, []string{"express", "js"}},
+		{"labels off", "Rails: how to encode a string to hex", Writing{Qualified: true}, nil},
+		{"a colon later in the question is no label", "How does gzip.NewReader work: it reads the header?", Writing{Label: true}, []string{"newreader"}},
+		{"a label longer than three words is a sentence", "Backups of the orders database nightly: when?", both, nil},
+		{"a discourse opener is no label", "Quick question: how do I revoke a key?", both, nil},
+		{"a colon with nothing after it is no label", "Rails:", both, nil},
+		{"a double colon is no label", "std::vector reserve", Writing{Label: true}, nil},
+		{"the parts of a qualified identifier", "What does torch.nn.Module.forward do?", both, []string{"torch", "nn", "module", "forward"}},
+		{"a C++ qualified identifier", "When does std::vector::reserve reallocate?", both, []string{"std", "vector", "reserve"}},
+		{"a Ruby method reference", "How does Enumerable#each_slice work?", both, []string{"enumerable", "each", "slice"}},
+		{"versions and numbers are not identifiers", "Is release 1.2 faster than 3.14 seconds?", both, nil},
+		{"qualified off", "What does torch.nn.Module.forward do?", Writing{Label: true}, []string{"module"}},
+		{"a sentence's full stop is no qualifier", "Rotate the key. Then restart.", both, []string{"then"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := NamesWith(tt.query, tt.w)
+			if len(got) != len(tt.want) {
+				t.Fatalf("NamesWith(%q) = %v, want %v", tt.query, got, tt.want)
+			}
+			for _, w := range tt.want {
+				if !got[w] {
+					t.Errorf("NamesWith(%q) lacks %q", tt.query, w)
+				}
+			}
+		})
+	}
+}

@@ -132,7 +132,7 @@ func (r *Resolver) parse(k *kb.KB, q, scope string) (query, error) {
 			terms = append(terms, w)
 		}
 	}
-	names := lexicon.Names(q)
+	names := lexicon.NamesWith(q, r.cfg.Gate.Writing())
 	evidence := make([]string, 0, len(terms))
 	for _, t := range terms {
 		if k.Corpus.DF(text.Stem(t)) == 0 && !lexicon.NameLike(t, names) {
@@ -191,6 +191,7 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 		Contains:        k.Corpus.Contains,
 		InKB:            func(stem string) bool { return k.Corpus.DF(stem) > 0 },
 		IsName:          func(w string) bool { return lexicon.NameLike(w, pq.names) },
+		Written:         func(w string) bool { return pq.names[w] },
 	})
 	res.Trace.OODRule = rule
 	if ood {

@@ -337,6 +337,42 @@ func TestOutOfDomainRules(t *testing.T) {
 	}
 }
 
+// How a question writes a word (a leading label, a qualified identifier, a capital
+// inside it) and everyday words the KB never uses decide out of domain end to end: the
+// names come from the question and the KB, not from a test double. Each rule has
+// questions in the KB's own domain that it must leave alone.
+func TestOutOfDomainWrittenNamesAndUnfamiliarWords(t *testing.T) {
+	f := newFixture(t, false)
+	tests := []struct {
+		name     string
+		query    string
+		wantRule string // "" = in domain
+	}{
+		{"a leading label names a topic the KB never mentions, English word or not", "Rails: how do I roll back a migration?", gate.RuleUnmatchedTerm},
+		{"a label of two words", "Spring Boot: how do I add spans?", gate.RuleUnmatchedTerm},
+		{"a capitalised name the all-terms search matched only by typo or prefix", "How do I roll back a migration in Rails?", gate.RuleUnmatchedTerm},
+		{"a written name of three letters", "Can Vue refresh the token?", gate.RuleUnmatchedTerm},
+		{"the parts of a qualified identifier are names", "What does torch.nn.Module.forward return?", gate.RuleUnmatchedTerm},
+		{"everyday words after an all-terms match by typo", "What is the dress code?", gate.RuleUnfamiliarWords},
+		{"in domain: a label the KB uses", "JWT: how do I rotate the signing key?", ""},
+		{"in domain: a label of KB words with a word the KB lacks", "Postgres backups: how often do they run?", ""},
+		{"in domain: a discourse opener is no label", "Quick question: how do I revoke a compromised API key?", ""},
+		{"in domain: a domain name as label", "Kubernetes: how do I roll back a deployment?", ""},
+		{"in domain: one synonym in three words", "Which permission scope should I use?", ""},
+		{"in domain: an everyday word the KB lacks", "How long are backups retained?", ""},
+		{"in domain: a file name the KB uses", "What does gateway/routes.yaml configure?", ""},
+		{"in domain: a capitalised name the KB uses", "Why does PgBouncer break LISTEN/NOTIFY?", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := f.resolve(t, platform, tt.query)
+			if r.Trace.OODRule != tt.wantRule || (r.Route == gate.OutOfDomain) != (tt.wantRule != "") {
+				t.Fatalf("out-of-domain rule = %q, route %v; want %q (results %v)", r.Trace.OODRule, r.Route, tt.wantRule, resultPaths(r))
+			}
+		})
+	}
+}
+
 // The same question on the same KB: low_relevance fires only when the KB has at least
 // OODMinFiles knowledge files (summaries and stubs do not count).
 func TestLowRelevanceRuleAppliesFromTheMinimumKBSize(t *testing.T) {
