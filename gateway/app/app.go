@@ -20,6 +20,7 @@ import (
 	"github.com/quarry-router/quarry/platform/auth"
 	"github.com/quarry-router/quarry/platform/config"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/limit"
 	"github.com/quarry-router/quarry/platform/telemetry"
 	"golang.org/x/sync/errgroup"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -46,6 +47,13 @@ type Config struct {
 	SearchKey, AgentKey string
 	// MetricsAddr serves Prometheus /metrics when set.
 	MetricsAddr string
+	// TLS is how the QueryService serves; SearchTLS and AgentTLS how the gateway calls
+	// its upstreams (plaintext by default, for loopback).
+	TLS                 grpcx.ServerTLSConfig
+	SearchTLS, AgentTLS grpcx.ClientTLSConfig
+	// Limits hold each caller of the QueryService (API key, or address when open) to a
+	// request rate and a number of calls in flight.
+	Limits limit.Config
 
 	Cache       cache.Config
 	Redis       cache.RedisConfig
@@ -64,6 +72,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.SearchKey, "search-key", "", "API key presented to the search service (never logged)")
 	fs.StringVar(&c.AgentKey, "agent-key", "", "API key presented to the agent service (never logged)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", `address to serve Prometheus /metrics on ("" = off)`)
+	c.TLS.RegisterFlags(fs)
+	c.SearchTLS.RegisterFlags(fs, "search")
+	c.AgentTLS.RegisterFlags(fs, "agent")
+	c.Limits.RegisterFlags(fs)
 	c.Cache.RegisterFlags(fs)
 	c.Redis.RegisterFlags(fs)
 	c.Route.RegisterFlags(fs)
@@ -86,7 +98,8 @@ func (c *Config) Validate() error {
 	default:
 		backend = fmt.Errorf(`-cache-backend %q: want "memory" or "redis"`, c.CacheBackend)
 	}
-	return errors.Join(backend, c.Cache.Validate(), c.Route.Validate(), c.Generations.Validate())
+	return errors.Join(backend, c.TLS.Validate(), c.SearchTLS.Validate(), c.AgentTLS.Validate(), c.Limits.Validate(),
+		c.Cache.Validate(), c.Route.Validate(), c.Generations.Validate())
 }
 
 // Option changes what Run builds.
@@ -136,8 +149,13 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	if policy.Open() {
 		log.Warn("no API keys configured: every caller may query every knowledge base", "listen", cfg.Listen)
 	}
+	cfg.TLS.WarnIfExposed(log, cfg.Listen, !policy.Open())
+	tlsOpt, err := cfg.TLS.ServerOption()
+	if err != nil {
+		return err
+	}
 
-	searchConn, err := grpcx.Dial(cfg.SearchAddr, grpcx.WithBearer(cfg.SearchKey))
+	searchConn, err := cfg.SearchTLS.Dial(cfg.SearchAddr, cfg.SearchKey)
 	if err != nil {
 		return err
 	}
@@ -145,7 +163,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	searchClient := quarryv1.NewSearchServiceClient(searchConn)
 	var agent route.Agent
 	if cfg.AgentAddr != "" {
-		agentConn, err := grpcx.Dial(cfg.AgentAddr, grpcx.WithBearer(cfg.AgentKey))
+		agentConn, err := cfg.AgentTLS.Dial(cfg.AgentAddr, cfg.AgentKey)
 		if err != nil {
 			return err
 		}
@@ -180,9 +198,14 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	}
 	router := route.New(cfg.Route, store, upstream.NewSearch(searchClient), agent, gens, log)
 
-	srv := grpcx.NewServer(log, append(server.Options(), grpcx.WithAuth(policy)...)...)
-	quarryv1.RegisterQueryServiceServer(srv, server.New(router, log))
 	service := quarryv1.QueryService_ServiceDesc.ServiceName
+	limiter := limit.New(cfg.Limits, time.Now)
+	// Auth runs before the limits: a refused key takes no token and no slot.
+	srvOpts := append(server.Options(), tlsOpt)
+	srvOpts = append(srvOpts, grpcx.WithAuth(policy)...)
+	srvOpts = append(srvOpts, grpcx.WithLimits(limiter, grpcx.Methods("/"+service+"/"))...)
+	srv := grpcx.NewServer(log, srvOpts...)
+	quarryv1.RegisterQueryServiceServer(srv, server.New(router, log))
 	srv.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	srv.Health.SetServingStatus(service, healthpb.HealthCheckResponse_NOT_SERVING)
 

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/quarry-router/quarry/platform/limit"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -43,6 +44,9 @@ type Key struct {
 	KnowledgeBases []string `json:"knowledge_bases"`
 	// Write allows the write side (KnowledgeService) as well as queries.
 	Write bool `json:"write"`
+	// Limits override the service's per-caller limits for this key: a zero field keeps
+	// the default (-limit-*), a negative one lifts the limit.
+	Limits limit.Limits `json:"limits,omitzero"`
 }
 
 // Policy decides who may do what. The zero Policy (no keys) is open.
@@ -124,12 +128,20 @@ var (
 
 // Authorize checks that the bearer key in ctx may call method on knowledge base kb.
 func (p *Policy) Authorize(ctx context.Context, method, kb string) (name string, err error) {
+	k, err := p.authorize(ctx, method, kb)
+	if k != nil {
+		name = k.Name
+	}
+	return name, err
+}
+
+func (p *Policy) authorize(ctx context.Context, method, kb string) (*parsedKey, error) {
 	if p.Open() {
-		return "", nil
+		return nil, nil
 	}
 	key, ok := bearer(ctx)
 	if !ok {
-		return "", ErrUnauthenticated
+		return nil, ErrUnauthenticated
 	}
 	sum := sha256.Sum256([]byte(key))
 	var match *parsedKey
@@ -140,16 +152,42 @@ func (p *Policy) Authorize(ctx context.Context, method, kb string) (name string,
 		}
 	}
 	if match == nil {
-		return "", ErrUnauthenticated
+		return nil, ErrUnauthenticated
 	}
 	if p.needsWrite(method) && !match.Write {
-		return match.Name, ErrDenied
+		return match, ErrDenied
 	}
 	// An empty kb (e.g. listing knowledge bases) needs a key, nothing more.
 	if kb != "" && !slices.Contains(match.KnowledgeBases, "*") && !slices.Contains(match.KnowledgeBases, kb) {
-		return match.Name, ErrDenied
+		return match, ErrDenied
 	}
-	return match.Name, nil
+	return match, nil
+}
+
+// Caller is the key a call was authorized with, as the interceptors record it in the
+// call's context for what runs after them (per-key limits).
+type Caller struct {
+	// Name is the key's name, for logs and messages.
+	Name string
+	// ID tells keys apart even when two share a name: the key's hash.
+	ID string
+	// Limits are the key's overrides of the service's limits.
+	Limits limit.Limits
+}
+
+type callerKey struct{}
+
+// CallerFrom returns the key that authorized the call in ctx; false on an open policy.
+func CallerFrom(ctx context.Context) (Caller, bool) {
+	c, ok := ctx.Value(callerKey{}).(Caller)
+	return c, ok
+}
+
+func withCaller(ctx context.Context, k *parsedKey) context.Context {
+	if k == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, callerKey{}, Caller{Name: k.Name, ID: k.SHA256, Limits: k.Limits})
 }
 
 func (p *Policy) needsWrite(method string) bool {
@@ -219,10 +257,11 @@ func (p *Policy) UnaryInterceptor(skip func(method string) bool) grpc.UnaryServe
 		if p.Open() || (skip != nil && skip(info.FullMethod)) {
 			return handler(ctx, req)
 		}
-		if _, err := p.Authorize(ctx, info.FullMethod, knowledgeBase(req)); err != nil {
+		k, err := p.authorize(ctx, info.FullMethod, knowledgeBase(req))
+		if err != nil {
 			return nil, toStatus(err)
 		}
-		return handler(ctx, req)
+		return handler(withCaller(ctx, k), req)
 	}
 }
 
@@ -233,18 +272,22 @@ func (p *Policy) StreamInterceptor(skip func(method string) bool) grpc.StreamSer
 		if p.Open() || (skip != nil && skip(info.FullMethod)) {
 			return handler(srv, ss)
 		}
-		if _, err := p.Authorize(ss.Context(), info.FullMethod, ""); err != nil {
+		k, err := p.authorize(ss.Context(), info.FullMethod, "")
+		if err != nil {
 			return toStatus(err)
 		}
-		return handler(srv, &checkedStream{ServerStream: ss, p: p, method: info.FullMethod})
+		return handler(srv, &checkedStream{ServerStream: ss, ctx: withCaller(ss.Context(), k), p: p, method: info.FullMethod})
 	}
 }
 
 type checkedStream struct {
 	grpc.ServerStream
+	ctx    context.Context
 	p      *Policy
 	method string
 }
+
+func (s *checkedStream) Context() context.Context { return s.ctx }
 
 func (s *checkedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {

@@ -22,20 +22,27 @@ func WithAuth(policy *auth.Policy) []grpc.ServerOption {
 
 // WithBearer sends key as "authorization: Bearer <key>" on every call of a connection:
 // the service credential one Quarry service presents to another. An empty key sends
-// nothing, so callers pass their configured key as it is.
+// nothing, so callers pass their configured key as it is. The key travels only over
+// TLS or to a loopback address (see Dial); ClientTLSConfig.Dial also checks this at
+// start-up with a message naming the flags.
 func WithBearer(key string) grpc.DialOption {
 	if key == "" {
 		return grpc.EmptyDialOption{}
 	}
-	return grpc.WithPerRPCCredentials(bearerCreds(key))
+	return grpc.WithPerRPCCredentials(bearerCreds{key: key})
 }
 
-type bearerCreds string
+type bearerCreds struct {
+	key string
+	// plaintextOK lets the key travel unencrypted to another host, where a service
+	// mesh encrypts the hop (-<peer>-key-over-plaintext).
+	plaintextOK bool
+}
 
 func (b bearerCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+	return map[string]string{"authorization": "Bearer " + b.key}, nil
 }
 
-// RequireTransportSecurity is false: inside a cluster the network policy and mTLS at
-// the mesh protect the hop; over TLS the key is encrypted anyway.
-func (bearerCreds) RequireTransportSecurity() bool { return false }
+// RequireTransportSecurity makes gRPC refuse to send the key over a connection below
+// privacy and integrity: TLS qualifies, and so does Dial's plaintext to loopback.
+func (b bearerCreds) RequireTransportSecurity() bool { return !b.plaintextOK }

@@ -7,7 +7,6 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 )
 
@@ -29,11 +28,11 @@ const serviceConfig = `{
 
 // Dial returns a client connection to target ("host:port" or any gRPC target such as
 // "dns:///search:7701"). The connection is lazy: it connects on first use and
-// reconnects by itself. Credentials default to plaintext for loopback and in-cluster
-// use; pass grpc.WithTransportCredentials to override.
+// reconnects by itself. Credentials default to plaintext, which carries an API key
+// (WithBearer) to loopback addresses only; ClientTLSConfig.Dial adds TLS.
 func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	base := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(plaintext{}),
 		grpc.WithDefaultServiceConfig(serviceConfig),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
@@ -44,7 +43,8 @@ func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 			MinConnectTimeout: 5 * time.Second,
 		}),
 		// Carries the trace context to the next service, so one trace spans the chain.
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+		// Health checks (probes, load balancer checks) stay out of traces and metrics.
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithFilter(notHealth))),
 	}
 	conn, err := grpc.NewClient(target, append(base, opts...)...)
 	if err != nil {

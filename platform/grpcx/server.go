@@ -104,6 +104,10 @@ func codeToLevel(c codes.Code) logging.Level {
 	case codes.FailedPrecondition:
 		// The agent without an LLM provider refuses every call by design.
 		return logging.LevelInfo
+	case codes.ResourceExhausted:
+		// A caller over its limits: a warning per refused call would flood the logs
+		// exactly when a caller misbehaves.
+		return logging.LevelInfo
 	}
 	return logging.DefaultServerCodeToLevel(c)
 }

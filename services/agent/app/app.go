@@ -11,6 +11,7 @@ import (
 	"net"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/auth"
 	"github.com/quarry-router/quarry/platform/config"
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/quarry-router/quarry/services/agent/llm"
@@ -18,6 +19,7 @@ import (
 	"github.com/quarry-router/quarry/services/agent/server"
 	"github.com/quarry-router/quarry/services/agent/tools"
 	"github.com/quarry-router/quarry/services/agent/upstream"
+	"google.golang.org/grpc"
 )
 
 // Config is the agent service's whole configuration.
@@ -29,6 +31,14 @@ type Config struct {
 	// SearchKey is the service credential the agent presents to the search service
 	// when that one requires API keys (-auth-keys there).
 	SearchKey string
+	// AuthKeys is a JSON file of the API keys allowed to call (platform/auth.Key): the
+	// gateway's service credential. Empty leaves the agent open, for loopback or a
+	// network policy that only lets the gateway in.
+	AuthKeys string
+	// TLS is how the AgentService serves; SearchTLS how the tools call the search
+	// service (plaintext by default, for loopback).
+	TLS       grpcx.ServerTLSConfig
+	SearchTLS grpcx.ClientTLSConfig
 
 	LLM   llm.Config
 	Loop  loop.Config
@@ -40,6 +50,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:7702", "address to serve the AgentService on (host:port)")
 	fs.StringVar(&c.SearchAddr, "search-addr", "127.0.0.1:7701", "gRPC address of the search service (the agent's read-only tools)")
 	fs.StringVar(&c.SearchKey, "search-key", "", "API key to present to the search service (when it requires keys); never logged")
+	fs.StringVar(&c.AuthKeys, "auth-keys", "", `JSON file of API keys allowed to call (name, sha256, knowledge_bases); "" = no key needed`)
+	c.TLS.RegisterFlags(fs)
+	c.SearchTLS.RegisterFlags(fs, "search")
 	c.LLM.RegisterFlags(fs)
 	c.Loop.RegisterFlags(fs)
 	c.Tools.RegisterFlags(fs)
@@ -54,7 +67,7 @@ func (c *Config) Validate() error {
 	if c.LLM.Enabled() && c.SearchAddr == "" {
 		errs = append(errs, errors.New("-search-addr must be set when an LLM is configured"))
 	}
-	return errors.Join(append(errs, c.LLM.Validate(), c.Loop.Validate(), c.Tools.Validate())...)
+	return errors.Join(append(errs, c.TLS.Validate(), c.SearchTLS.Validate(), c.LLM.Validate(), c.Loop.Validate(), c.Tools.Validate())...)
 }
 
 // Run parses args, serves the agent service until ctx is done, and reports the bound
@@ -68,9 +81,26 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		return err
 	}
 
+	var keys []auth.Key
+	if cfg.AuthKeys != "" {
+		var err error
+		if keys, err = auth.Load(cfg.AuthKeys); err != nil {
+			return fmt.Errorf("-auth-keys: %w", err)
+		}
+	}
+	policy, err := auth.NewPolicy(keys)
+	if err != nil {
+		return fmt.Errorf("-auth-keys: %w", err)
+	}
+	cfg.TLS.WarnIfExposed(log, cfg.Listen, !policy.Open())
+	tlsOpt, err := cfg.TLS.ServerOption()
+	if err != nil {
+		return err
+	}
+
 	var answerer server.Answerer
 	if cfg.LLM.Enabled() {
-		conn, err := grpcx.Dial(cfg.SearchAddr, grpcx.WithBearer(cfg.SearchKey))
+		conn, err := cfg.SearchTLS.Dial(cfg.SearchAddr, cfg.SearchKey)
 		if err != nil {
 			return err
 		}
@@ -90,7 +120,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	} else {
 		log.Info("agent serving", "addr", lis.Addr().String(), "llm", cfg.LLM, "search", cfg.SearchAddr)
 	}
-	s := grpcx.NewServer(log)
+	s := grpcx.NewServer(log, append([]grpc.ServerOption{tlsOpt}, grpcx.WithAuth(policy)...)...)
 	quarryv1.RegisterAgentServiceServer(s.Server, server.New(answerer))
 	s.SetServing(quarryv1.AgentService_ServiceDesc.ServiceName)
 	if ready != nil {

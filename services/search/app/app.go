@@ -19,10 +19,12 @@ import (
 	"github.com/quarry-router/quarry/platform/auth"
 	"github.com/quarry-router/quarry/platform/config"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/limit"
 	"github.com/quarry-router/quarry/platform/telemetry"
 	"github.com/quarry-router/quarry/services/search/kb"
 	"github.com/quarry-router/quarry/services/search/resolve"
 	"github.com/quarry-router/quarry/services/search/server"
+	"google.golang.org/grpc"
 )
 
 // Config is the search service's configuration.
@@ -37,6 +39,12 @@ type Config struct {
 	KBRoot   string
 	Load     kb.Config
 	Resolve  resolve.Config
+
+	// TLS is how the service serves (plaintext by default, for loopback).
+	TLS grpcx.ServerTLSConfig
+	// Limits hold each caller of the KnowledgeService (the write side) to a request
+	// rate and a number of calls in flight; reads are bounded by the gateway's.
+	Limits limit.Config
 }
 
 // RegisterFlags registers every flag with its default.
@@ -44,6 +52,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:7701", "address to serve the SearchService on (host:port)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", `address to serve Prometheus /metrics on ("" = off)`)
 	fs.StringVar(&c.AuthKeys, "auth-keys", "", `JSON file of API keys allowed to call (name, sha256, knowledge_bases, write); "" = no key needed`)
+	c.TLS.RegisterFlags(fs)
+	c.Limits.RegisterFlags(fs)
 	fs.Var(&c.KBs, "kb", "knowledge base to serve as id=folder (repeatable)")
 	fs.StringVar(&c.KBRoot, "kb-root", "", "folder whose subfolders are knowledge bases, each named after its folder")
 	c.Load.RegisterFlags(fs)
@@ -56,7 +66,7 @@ func (c *Config) Validate() error {
 	if len(c.KBs) == 0 && c.KBRoot == "" {
 		errs = append(errs, errors.New("no knowledge base: set -kb id=folder or -kb-root folder"))
 	}
-	return errors.Join(append(errs, c.Load.Validate(), c.Resolve.Validate())...)
+	return errors.Join(append(errs, c.TLS.Validate(), c.Limits.Validate(), c.Load.Validate(), c.Resolve.Validate())...)
 }
 
 // kbFlag collects -kb id=folder values.
@@ -142,7 +152,15 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	if err != nil {
 		return err
 	}
-	s := grpcx.NewServer(log, grpcx.WithAuth(policy)...)
+	cfg.TLS.WarnIfExposed(log, cfg.Listen, !policy.Open())
+	tlsOpt, err := cfg.TLS.ServerOption()
+	if err != nil {
+		return err
+	}
+	// Auth runs before the limits: a refused key takes no token and no slot.
+	opts := append([]grpc.ServerOption{tlsOpt}, grpcx.WithAuth(policy)...)
+	opts = append(opts, grpcx.WithLimits(limit.New(cfg.Limits, time.Now), grpcx.Methods("/"+quarryv1.KnowledgeService_ServiceDesc.ServiceName+"/"))...)
+	s := grpcx.NewServer(log, opts...)
 	searchSrv := server.New(reg, resolve.New(cfg.Resolve, reg, time.Now), log)
 	searchSrv.StopWatchesOn(s.Draining())
 	quarryv1.RegisterSearchServiceServer(s.Server, searchSrv)
