@@ -16,7 +16,6 @@ import (
 	"time"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
-	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/quarry-router/quarry/services/search/kbgen"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -25,7 +24,9 @@ import (
 // loopback or an embedded Quarry it starts on a generated knowledge base.
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	addr := fs.String("addr", "", "gateway to load (loopback only); empty starts an embedded Quarry")
+	var srv serverFlags
+	srv.register(fs, "", "gateway to load (loopback only); empty starts an embedded Quarry")
+	addr := &srv.addr
 	kbID := fs.String("kb", "bench", "knowledge base to ask")
 	files := fs.Int("files", 5000, "embedded: size of the generated knowledge base")
 	questions := fs.String("questions", "", "JSONL file of questions ({\"query\": ...}); default: generated known-item questions")
@@ -70,7 +71,9 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		sys, err := start(sctx, upConfig{Gateway: "127.0.0.1:0", Search: "127.0.0.1:0", Agent: "127.0.0.1:0", KBRoot: dir},
+		// Every caller here is 127.0.0.1, one caller to the per-caller limits: lift them.
+		sys, err := start(sctx, upConfig{Gateway: "127.0.0.1:0", Search: "127.0.0.1:0", Agent: "127.0.0.1:0", KBRoot: dir,
+			GatewayArgs: []string{"-limit-concurrency=0"}},
 			slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err != nil {
 			return err
@@ -89,7 +92,8 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errors.New("no questions: pass -questions FILE with a running gateway")
 	}
 
-	conn, err := grpcx.Dial(target)
+	srv.addr = target
+	conn, err := srv.dial()
 	if err != nil {
 		return err
 	}

@@ -10,13 +10,13 @@ import (
 	"time"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
-	"github.com/quarry-router/quarry/platform/grpcx"
 	"google.golang.org/grpc/status"
 )
 
 func query(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("query", flag.ContinueOnError)
-	addr := fs.String("addr", "127.0.0.1:7700", "gateway address")
+	var srv serverFlags
+	srv.register(fs, "127.0.0.1:7700", "gateway address")
 	kbID := fs.String("kb", "platform", "knowledge base to ask")
 	explain := fs.Bool("explain", false, "print the routing trace")
 	stream := fs.Bool("stream", false, "use QueryStream and print LLM text as it arrives")
@@ -27,7 +27,7 @@ func query(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() == 0 {
 		return errors.New(`a question is required: quarry query [-kb K] "question"`)
 	}
-	conn, err := grpcx.Dial(*addr)
+	conn, err := srv.dial()
 	if err != nil {
 		return err
 	}

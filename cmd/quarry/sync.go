@@ -13,18 +13,13 @@ import (
 	"time"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
-	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/schollz/progressbar/v3"
 	"google.golang.org/grpc/status"
 )
 
-// knowledgeClient dials the search service's KnowledgeService, with an API key when
-// one is given (flag or QUARRY_API_KEY).
-func knowledgeClient(addr, key string) (quarryv1.KnowledgeServiceClient, func(), error) {
-	if key == "" {
-		key = os.Getenv("QUARRY_API_KEY")
-	}
-	conn, err := grpcx.Dial(addr, grpcx.WithBearer(key))
+// knowledgeClient dials the search service's KnowledgeService.
+func knowledgeClient(srv *serverFlags) (quarryv1.KnowledgeServiceClient, func(), error) {
+	conn, err := srv.dial()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -35,10 +30,10 @@ func knowledgeClient(addr, key string) (quarryv1.KnowledgeServiceClient, func(),
 // it (files added, changed and removed), with a progress bar and a summary.
 func syncCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sync", flag.ContinueOnError)
-	addr := fs.String("addr", "127.0.0.1:7701", "search service (KnowledgeService) address")
+	var srv serverFlags
+	srv.register(fs, "127.0.0.1:7701", "search service (KnowledgeService) address; the API key needs the write right")
 	kbID := fs.String("kb", "", "knowledge base to sync into (created if new)")
 	keep := fs.Bool("keep-missing", false, "keep files the knowledge base has and the folder does not")
-	key := fs.String("api-key", "", "API key with the write right (default $QUARRY_API_KEY)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "deadline for the whole sync")
 	if err := fs.Parse(reorderArgs(args)); err != nil {
 		return err
@@ -54,7 +49,7 @@ func syncCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	for _, s := range skipped {
 		fmt.Fprintf(stderr, "skipped %s\n", s)
 	}
-	kc, closeConn, err := knowledgeClient(*addr, *key)
+	kc, closeConn, err := knowledgeClient(&srv)
 	if err != nil {
 		return err
 	}
@@ -133,20 +128,20 @@ func collect(dir string) (files, skipped []string, err error) {
 // importance fell below the archive threshold, and archive them on request.
 func archiveCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("archive", flag.ContinueOnError)
-	addr := fs.String("addr", "127.0.0.1:7701", "search service (KnowledgeService) address")
+	var srv serverFlags
+	srv.register(fs, "127.0.0.1:7701", "search service (KnowledgeService) address; -apply needs an API key with the write right")
 	kbID := fs.String("kb", "", "knowledge base")
 	suggest := fs.Bool("suggest", false, "list archive candidates (importance below -below)")
 	below := fs.Float64("below", 35, "importance under which a file is a candidate")
 	limit := fs.Int("limit", 20, "most candidates listed")
 	apply := fs.Bool("apply", false, "archive the candidates listed")
-	key := fs.String("api-key", "", "API key with the write right (default $QUARRY_API_KEY)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *kbID == "" || !*suggest {
 		return errors.New("usage: quarry archive -kb K -suggest [-below 35] [-apply]")
 	}
-	kc, closeConn, err := knowledgeClient(*addr, *key)
+	kc, closeConn, err := knowledgeClient(&srv)
 	if err != nil {
 		return err
 	}

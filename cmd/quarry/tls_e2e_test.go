@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -111,6 +112,20 @@ func TestMutualTLSBetweenEveryService(t *testing.T) {
 		tool := reqs[1].Messages[len(reqs[1].Messages)-1]
 		if tool.Role != "tool" || !strings.Contains(tool.Text(), "title: Issuing an API key for a partner or batch job") {
 			t.Errorf("the tool's read_document did not return the document from search: %s %.200q", tool.Role, tool.Text())
+		}
+	})
+
+	t.Run("quarry query over mutual TLS", func(t *testing.T) {
+		base := []string{"-addr", sys.Gateway.String(), "-kb", "platform"}
+		var out bytes.Buffer
+		err := query(context.Background(), append(base, "-tls-ca", ca.CertFile, "-tls-cert", cert["caller"][0], "-tls-key", cert["caller"][1],
+			"How do I rotate the JWT signing key?"), &out)
+		if err != nil || !strings.Contains(out.String(), "DIRECT") {
+			t.Fatalf("query with the caller's certificate: %v\n%s", err, out.String())
+		}
+		if err := query(context.Background(), append(base, "-tls-ca", ca.CertFile, "How do I rotate the JWT signing key?"), io.Discard); err == nil ||
+			!strings.Contains(err.Error(), "Unavailable") {
+			t.Errorf("query without a client certificate: %v, want Unavailable", err)
 		}
 	})
 
