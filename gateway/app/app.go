@@ -130,16 +130,9 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 		return err
 	}
 
-	var keys []auth.Key
-	if cfg.AuthKeys != "" {
-		var err error
-		if keys, err = auth.Load(cfg.AuthKeys); err != nil {
-			return fmt.Errorf("-auth-keys: %w", err)
-		}
-	}
-	policy, err := auth.NewPolicy(keys)
+	policy, err := auth.LoadPolicy(cfg.AuthKeys)
 	if err != nil {
-		return fmt.Errorf("-auth-keys: %w", err)
+		return err
 	}
 	if !cfg.AuthOpenNetwork {
 		if err := policy.CheckListen(cfg.Listen); err != nil {

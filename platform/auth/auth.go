@@ -80,6 +80,23 @@ func Load(path string) ([]Key, error) {
 	return keys, nil
 }
 
+// LoadPolicy is NewPolicy over the keys in the JSON file at path, the -auth-keys flag of
+// every service; an empty path gives the open policy.
+func LoadPolicy(path string, writeMethods ...string) (*Policy, error) {
+	var keys []Key
+	if path != "" {
+		var err error
+		if keys, err = Load(path); err != nil {
+			return nil, fmt.Errorf("-auth-keys: %w", err)
+		}
+	}
+	p, err := NewPolicy(keys, writeMethods...)
+	if err != nil {
+		return nil, fmt.Errorf("-auth-keys: %w", err)
+	}
+	return p, nil
+}
+
 // NewPolicy checks keys and returns the policy. writeMethods name the RPCs (full method
 // names, "/pkg.Service/Method", or "/pkg.Service/" for a whole service) that need Write.
 func NewPolicy(keys []Key, writeMethods ...string) (*Policy, error) {

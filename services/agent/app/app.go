@@ -81,16 +81,9 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		return err
 	}
 
-	var keys []auth.Key
-	if cfg.AuthKeys != "" {
-		var err error
-		if keys, err = auth.Load(cfg.AuthKeys); err != nil {
-			return fmt.Errorf("-auth-keys: %w", err)
-		}
-	}
-	policy, err := auth.NewPolicy(keys)
+	policy, err := auth.LoadPolicy(cfg.AuthKeys)
 	if err != nil {
-		return fmt.Errorf("-auth-keys: %w", err)
+		return err
 	}
 	cfg.TLS.WarnIfExposed(log, cfg.Listen, !policy.Open())
 	tlsOpt, err := cfg.TLS.ServerOption()

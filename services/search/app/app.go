@@ -198,14 +198,7 @@ func (c *Config) knowledgeBases() (map[string]string, error) {
 
 // loadPolicy reads the API keys; the KnowledgeService needs the write right.
 func loadPolicy(path string) (*auth.Policy, error) {
-	var keys []auth.Key
-	if path != "" {
-		var err error
-		if keys, err = auth.Load(path); err != nil {
-			return nil, fmt.Errorf("-auth-keys: %w", err)
-		}
-	}
-	return auth.NewPolicy(keys, "/"+quarryv1.KnowledgeService_ServiceDesc.ServiceName+"/")
+	return auth.LoadPolicy(path, "/"+quarryv1.KnowledgeService_ServiceDesc.ServiceName+"/")
 }
 
 func sortedKeys(m map[string]string) []string {
