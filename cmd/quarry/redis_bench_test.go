@@ -33,6 +33,7 @@ const (
 	redisBenchPrefix  = "bench:"
 	redisBenchCallers = 64
 	redisBenchBumps   = 20
+	pairBlock         = 100
 )
 
 type redisBenchEnv struct {
@@ -43,7 +44,10 @@ type redisBenchEnv struct {
 	// c is a third replica whose search service is a stub that only streams the
 	// generation and never answers: the fuzzy lookup without a search burning the same
 	// two cores, as when the search service runs on other machines.
-	c        quarryv1.QueryServiceClient
+	c quarryv1.QueryServiceClient
+	// par is a fourth replica with -speculative-delay 0: its search always starts beside
+	// the fuzzy lookup, as before the hedge, for a comparison in the same run.
+	par      quarryv1.QueryServiceClient
 	health   healthpb.HealthClient // replica A's
 	gen      uint64
 	bumped   uint64 // the replicas' view of the generation after the last bump
@@ -69,12 +73,13 @@ func setupRedisBench(b *testing.B) *redisBenchEnv {
 }
 
 // benchReplica starts a gateway replica that lives as long as the benchmark binary.
-func benchReplica(searchAddr, redisAddr string) (quarryv1.QueryServiceClient, healthpb.HealthClient, error) {
+func benchReplica(searchAddr, redisAddr string, extra ...string) (quarryv1.QueryServiceClient, healthpb.HealthClient, error) {
 	ready := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	args := []string{"-listen", "127.0.0.1:0", "-search-addr", searchAddr,
 		"-cache-backend", "redis", "-redis-addr", redisAddr, "-redis-key-prefix", redisBenchPrefix,
 		"-cache-max-entries", fmt.Sprint(2 * benchCached)}
+	args = append(args, extra...)
 	go func() {
 		done <- gatewayapp.Run(context.Background(), args, slog.New(slog.NewTextHandler(io.Discard, nil)), func(a net.Addr) { ready <- a })
 	}()
@@ -105,6 +110,9 @@ func newRedisBenchEnv(base *benchEnv) (*redisBenchEnv, error) {
 		return nil, err
 	}
 	if e.b, _, err = benchReplica(base.search, srv.Addr); err != nil {
+		return nil, err
+	}
+	if e.par, _, err = benchReplica(base.search, srv.Addr, "-speculative-delay", "0"); err != nil {
 		return nil, err
 	}
 
@@ -213,6 +221,7 @@ func BenchmarkRedisSpeedBars(b *testing.B) {
 	// the measured one: the speculative search of a fuzzy hit may finish first and store
 	// the reworded question, which would make its next asking an exact hit.
 	t0, t1 := newBenchPicker(1, len(cached)), newBenchPicker(3, len(cached))
+	misses := 0 // uncached questions asked so far, across runs
 	b.Run("T0_exact", func(b *testing.B) {
 		_, p99 := measureRedis(b, "T0 exact hit (Redis)", func(i int) (bool, error) {
 			// Alternate replicas: every entry was stored by neither of them.
@@ -233,6 +242,33 @@ func BenchmarkRedisSpeedBars(b *testing.B) {
 		measureRedis(b, "T1 fuzzy hit, 10k entries, search idle", func(i int) (bool, error) {
 			return askFor(e.c, quarryv1.Tier_TIER_FUZZY_CACHE, rewordQuestion(cached[t1.next()]))
 		})
+	})
+	b.Run("T1_fuzzy_10k_hedged_vs_parallel", func(b *testing.B) {
+		// Calls alternate between replica A (the hedged search, flag default) and the
+		// replica whose search always starts beside the lookup, so the same noise falls
+		// on both (measurePair); the same picker as T1's.
+		hedged, parallel := measurePair(b, "T1 fuzzy hit, 10k (Redis)", func(c quarryv1.QueryServiceClient) (bool, error) {
+			return askFor(c, quarryv1.Tier_TIER_FUZZY_CACHE, rewordQuestion(cached[t1.next()]))
+		}, e.a, e.par)
+		b.ReportMetric(float64(parallel)/float64(hedged), "p99-parallel/hedged")
+	})
+	b.Run("T2_miss_hedged_vs_parallel", func(b *testing.B) {
+		// What the hedge costs a miss: its search starts after the Redis lookup rather
+		// than beside it. Questions from the uncached half, each asked once (a repeat
+		// would be an exact hit), alternating between the two replicas.
+		pool := e.base.questions[len(e.base.questions)/2:]
+		measurePair(b, "search path, every miss (Redis)", func(c quarryv1.QueryServiceClient) (bool, error) {
+			k := misses
+			misses++
+			q := pool[k%len(pool)].Query
+			if round := k / len(pool); round > 0 {
+				q = fmt.Sprintf("%s in zone %d", q, round)
+			}
+			cctx, cancel := context.WithTimeout(ctx, benchTimeout)
+			defer cancel()
+			r, err := c.Query(cctx, &quarryv1.QueryRequest{KnowledgeBase: benchKB, Query: q})
+			return err == nil && !r.GetFromCache(), err
+		}, e.a, e.par)
 	})
 	b.Run("T0_throughput_64", func(b *testing.B) {
 		total := redisBenchCallers * 300
@@ -318,6 +354,44 @@ func BenchmarkRedisSpeedBars(b *testing.B) {
 		fmt.Printf("%-44s n=%-6d p50 %8.1f µs   max %8.1f µs\n", "bump in Redis to both replicas invalidated", len(lat), us(percentile(lat, 0.5)), us(percentile(lat, 1)))
 		b.ReportMetric(us(percentile(lat, 1)), "max-µs")
 	})
+}
+
+// measurePair calls op b.N times in sequence, alternating between the hedged replica
+// and the parallel one in blocks of pairBlock calls, and prints each one's latency
+// percentiles and how many of its calls were not answered by the tier measured. Blocks,
+// not single calls: a search cancelled by one replica's hit still burns CPU for a while,
+// which would land on the other replica's next call.
+func measurePair(b *testing.B, name string, op func(c quarryv1.QueryServiceClient) (bool, error),
+	hedgedC, parallelC quarryv1.QueryServiceClient) (hedgedP99, parallelP99 time.Duration) {
+	var lat [2][]time.Duration
+	var other [2]int
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		side := i / pairBlock % 2
+		t := time.Now()
+		ok, err := op([]quarryv1.QueryServiceClient{hedgedC, parallelC}[side])
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat[side] = append(lat[side], time.Since(t))
+		if !ok {
+			other[side]++
+		}
+	}
+	b.StopTimer()
+	var p99 [2]time.Duration
+	for side, label := range []string{"hedged (-speculative-delay default)", "parallel (-speculative-delay 0)"} {
+		if len(lat[side]) == 0 {
+			continue
+		}
+		p50 := percentile(lat[side], 0.50)
+		p99[side] = percentile(lat[side], 0.99)
+		fmt.Printf("%-44s n=%-6d p50 %8.1f µs   p99 %8.1f µs   other tier %d\n", name+", "+label,
+			len(lat[side]), us(p50), us(p99[side]), other[side])
+	}
+	b.ReportMetric(us(p99[0]), "hedged-p99-µs")
+	b.ReportMetric(us(p99[1]), "parallel-p99-µs")
+	return p99[0], p99[1]
 }
 
 // awaitCached asks q on c until whether it is served from the cache is want.

@@ -1,98 +1,421 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/telemetry"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"github.com/quarry-router/quarry/platform/telemetry/otlptest"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/embedded"
+	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// BenchmarkTracingOverhead measures T0 and T2 with tracing off, then on (every span
-// sampled, exported in batches to a discarding exporter), in the same process and run:
-// SPEC's bar is under 10 % added at p99.
+var (
+	traceRounds  = flag.Int("trace-rounds", 20, "BenchmarkTracingOverhead: rounds, each measuring tracing off and on (b.N iterations each)")
+	traceProfile = flag.String("trace-cpuprofile", "", "BenchmarkTracingOverhead: write a CPU profile of each measured round to PREFIX-on-R.pprof / PREFIX-off-R.pprof")
+)
+
+// BenchmarkTracingOverhead measures T0 and T2 with tracing off and on (every span
+// sampled, exported in batches over OTLP/gRPC to a collector on loopback) in the same
+// process, against the same running system: SPEC's bar is under 10 % added at p99.
 //
-//	go test -run '^$' -bench TracingOverhead -benchtime 2000x ./cmd/quarry
+//	go test -run '^$' -bench TracingOverhead -benchtime 300x ./cmd/quarry
+//
+// Off is what a service runs with no exporter configured (the API's no-op tracer);
+// on is the SDK with the batch span processor and the OTLP exporter. Metrics are on in
+// both modes, as in a deployment: only tracing differs. The collector runs in a
+// process of its own (this test binary again), as a real one would, but it shares the
+// machine's cores; at a lower priority it falls behind and the batch processor drops
+// spans, which would flatter tracing, so it runs at normal priority and the benchmark
+// fails if a round's spans do not all arrive.
+//
+// Each round runs b.N iterations per mode, alternating which mode goes first, so that
+// drift (caches filling, other load on the machine) falls on both. Each round gives
+// p50 and p99 of each kind of call and the process's CPU time and allocations per
+// iteration; the figures printed are medians over rounds, and "added" is the median
+// of the rounds' on/off ratios, each between two runs measured next to each other.
+// Every iteration asks a new question (T2: with the fuzzy cache off, a new question
+// always reaches the search), the same question again (T0) and a health check, which
+// is not traced: its added figure is the noise of the run, contention included. The
+// client is not instrumented: callers of the gateway are other processes, and its
+// server span is the root of the trace.
+//
+// Where the added time goes: add -trace-cpuprofile /tmp/tr, merge each mode's rounds
+// (go tool pprof -proto /tmp/tr-on-*.pprof > on.pb.gz, the same for off) and compare:
+// go tool pprof -top -cum -diff_base off.pb.gz on.pb.gz.
 func BenchmarkTracingOverhead(b *testing.B) {
 	if b.N == 1 {
-		// The testing package's probe round: tracing, once on, stays on in this process,
-		// so only the real round may switch it.
+		// The testing package's probe round; the real one follows.
 		return
 	}
-	// Each round gets a fresh system, so both start from empty caches: a round's
-	// questions are all new to it.
-	var c quarryv1.QueryServiceClient
-	var h healthpb.HealthClient
-	fresh := func() {
-		_, gw, _ := startSystem(b, "../../examples/kb")
-		c, h = quarryv1.NewQueryServiceClient(gw), healthpb.NewHealthClient(gw)
+	col := startCollectorProcess(b)
+	b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.endpoint)
+	b.Setenv("OTEL_METRICS_EXPORTER", "none")                // Prometheus metrics stay on in both modes
+	b.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on") // the default, whatever the shell says
+
+	// The switch must be the first global tracer provider: package-level tracers
+	// (gateway/route, search/resolve) delegate to the first one set in the process.
+	sw := &switchProvider{}
+	otel.SetTracerProvider(sw)
+	tel, err := telemetry.Setup(context.Background(), telemetry.Config{Service: "quarry-bench"})
+	if err != nil {
+		b.Fatal(err)
 	}
+	if !tel.Tracing {
+		b.Fatal("telemetry did not turn tracing on for the OTLP endpoint")
+	}
+	sw.sdk = tel.TracerProvider()
+	otel.SetTracerProvider(sw) // Setup installed its own; the switch stays in front of it
+	b.Cleanup(func() {
+		tel.Shutdown(context.Background())
+		otel.SetTracerProvider(noop.NewTracerProvider())
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sys, err := start(ctx, upConfig{
+		Gateway: "127.0.0.1:0", Search: "127.0.0.1:0", Agent: "127.0.0.1:0", KBRoot: "../../examples/kb",
+		GatewayArgs: []string{"-fuzzy-min-tokens", "1000"},
+	}, log)
+	if err != nil {
+		cancel()
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cancel(); <-sys.done })
+	conn, err := grpc.NewClient(sys.Gateway.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	c, h := quarryv1.NewQueryServiceClient(conn), healthpb.NewHealthClient(conn)
 	qs, err := readQuestions("../../examples/questions.jsonl")
 	if err != nil {
 		b.Fatal(err)
 	}
-	ask := func(q string) (quarryv1.Tier, error) {
+
+	ask := func(q string) quarryv1.Tier {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		r, err := c.Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: "platform", Query: q})
-		return r.GetTier(), err
+		if err != nil {
+			b.Fatal(err)
+		}
+		return r.GetTier()
 	}
-	// measure asks each question once (T2 and the other search tiers: variants make every
-	// call a miss) and then one cached question repeatedly (T0).
-	measure := func() (t0, t2, echo []time.Duration) {
-		fresh()
-		for i := 0; i < b.N; i++ {
-			q := qs[i%len(qs)]
-			if n := i / len(qs); n > 0 {
-				q = fmt.Sprintf("%s (variant %d)", q, n)
-			}
-			t := time.Now()
-			tier, err := ask(q)
+	// T2 questions are the example questions the search answers directly, each asked
+	// with its own punctuation mark tail: a new question to the cache, the same words to
+	// the search. Every iteration then does the same work in either mode.
+	asked := 0
+	variant := func(q string) string {
+		asked++
+		return q + " " + punctuation(asked)
+	}
+	var direct []string
+	for _, q := range qs {
+		if ask(variant(q)) == quarryv1.Tier_TIER_DIRECT {
+			direct = append(direct, q)
+		}
+	}
+	if len(direct) < 10 {
+		b.Fatalf("only %d of %d example questions route DIRECT", len(direct), len(qs))
+	}
+	// run measures n iterations in one mode and checks that the collector received
+	// the gateway's spans for them, or none at all with tracing off.
+	run := func(on bool, n int, profile string) sample {
+		sw.on.Store(on)
+		if profile != "" {
+			f, err := os.Create(profile)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if tier == quarryv1.Tier_TIER_DIRECT {
-				t2 = append(t2, time.Since(t))
-			}
-			t = time.Now()
-			if tier, err = ask(q); err != nil {
+			if err := pprof.StartCPUProfile(f); err != nil {
 				b.Fatal(err)
 			}
-			if tier == quarryv1.Tier_TIER_EXACT_CACHE { // fuzzy answers are not stored under the new question
-				t0 = append(t0, time.Since(t))
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
+		_, before, _ := col.count(querySpanName)
+		var s sample
+		var mem runtime.MemStats
+		runtime.ReadMemStats(&mem)
+		mallocs, bytes := mem.Mallocs, mem.TotalAlloc
+		cpu := cpuTime()
+		for range n {
+			q := variant(direct[asked%len(direct)])
+			t := time.Now()
+			tier := ask(q)
+			if tier == quarryv1.Tier_TIER_DIRECT {
+				s.t2 = append(s.t2, time.Since(t))
+			}
+			t = time.Now()
+			if ask(q) == quarryv1.Tier_TIER_EXACT_CACHE {
+				s.t0 = append(s.t0, time.Since(t))
 			}
 			t = time.Now()
 			if _, err := h.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
 				b.Fatal(err)
 			}
-			echo = append(echo, time.Since(t))
+			s.echo = append(s.echo, time.Since(t))
 		}
-		return t0, t2, echo
+		// The round's spans are exported before the next round starts, so their
+		// export counts here and not against the other mode. A server span ends just
+		// after its response is sent, so the last one may still be on its way.
+		want := 0
+		if on {
+			want = 2 * n
+		}
+		got := 0
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if err := tel.TracerProvider().ForceFlush(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			_, after, _ := col.count(querySpanName)
+			if got = after - before; got >= want || time.Now().After(deadline) {
+				break
+			}
+		}
+		if got != want {
+			b.Fatalf("tracing on=%v: the collector received %d "+querySpanName+" spans for %d queries, want %d"+
+				" (run the benchmark alone: -run '^$')", on, got, 2*n, want)
+		}
+		s.cpuPerIter = (cpuTime() - cpu) / time.Duration(n)
+		runtime.ReadMemStats(&mem)
+		s.allocsPerIter = float64(mem.Mallocs-mallocs) / float64(n)
+		s.bytesPerIter = float64(mem.TotalAlloc-bytes) / float64(n)
+		return s
 	}
+
+	run(false, min(b.N, 200), "") // warm-up: index, caches, connections
+	run(true, min(b.N, 200), "")
+	profile := func(mode string, r int) string {
+		if *traceProfile == "" {
+			return ""
+		}
+		return fmt.Sprintf("%s-%s-%d.pprof", *traceProfile, mode, r)
+	}
+	var off, on []sample
 	b.ResetTimer()
-	off0, off2, offEcho := measure()
-	tel, err := telemetry.Setup(context.Background(), telemetry.Config{Service: "bench", SpanExporter: tracetest.NewNoopExporter(), Batch: true, Getenv: func(string) string { return "" }})
+	for r := range *traceRounds {
+		if r%2 == 0 {
+			off = append(off, run(false, b.N, profile("off", r)))
+			on = append(on, run(true, b.N, profile("on", r)))
+		} else {
+			on = append(on, run(true, b.N, profile("on", r)))
+			off = append(off, run(false, b.N, profile("off", r)))
+		}
+	}
+	b.StopTimer()
+	total, _, exports := col.count("")
+	fmt.Printf("tracing overhead: %d rounds × %d iterations per mode; %d spans exported in %d OTLP requests (%.1f spans per iteration on)\n",
+		*traceRounds, b.N, total, exports, float64(total)/float64(*traceRounds*b.N+min(b.N, 200)))
+	for _, m := range []struct {
+		name string
+		get  func(sample) []time.Duration
+	}{
+		{"echo", func(s sample) []time.Duration { return s.echo }},
+		{"T0", func(s sample) []time.Duration { return s.t0 }},
+		{"T2", func(s sample) []time.Duration { return s.t2 }},
+	} {
+		for r := range off {
+			if len(m.get(off[r])) == 0 || len(m.get(on[r])) == 0 {
+				b.Fatalf("%s: no samples in round %d", m.name, r)
+			}
+		}
+		p50 := func(s sample) float64 { return us(percentile(m.get(s), 0.5)) }
+		p99 := func(s sample) float64 { return us(percentile(m.get(s), 0.99)) }
+		added50, added99 := addedPercent(off, on, p50), addedPercent(off, on, p99)
+		fmt.Printf("%-4s off p50 %7.1f p99 %7.1f µs | on p50 %7.1f p99 %7.1f µs | added p50 %+5.1f %% p99 %+5.1f %%\n",
+			m.name, medianOf(off, p50), medianOf(off, p99), medianOf(on, p50), medianOf(on, p99), added50, added99)
+		b.ReportMetric(added99, m.name+"-p99-added-%")
+	}
+	cpu := func(s sample) float64 { return us(s.cpuPerIter) }
+	addedCPU := addedPercent(off, on, cpu)
+	fmt.Printf("CPU per iteration (T2 + T0 + echo; services and client, not the collector): off %.1f µs, on %.1f µs, added %+.1f %%\n",
+		medianOf(off, cpu), medianOf(on, cpu), addedCPU)
+	b.ReportMetric(addedCPU, "cpu-added-%")
+	allocs := func(s sample) float64 { return s.allocsPerIter }
+	kb := func(s sample) float64 { return s.bytesPerIter / 1024 }
+	fmt.Printf("allocations per iteration: off %.0f (%.0f KiB), on %.0f (%.0f KiB), added %+.1f %% (%+.1f %% bytes)\n",
+		medianOf(off, allocs), medianOf(off, kb), medianOf(on, allocs), medianOf(on, kb),
+		addedPercent(off, on, allocs), addedPercent(off, on, kb))
+	fmt.Println("(median over rounds; added = median of each round's on/off ratio, minus one. echo is not traced:" +
+		" its added figure is the noise floor of this run)")
+}
+
+// punctuation spells n in punctuation marks, which make a question new to the exact
+// cache and leave its words as they are.
+func punctuation(n int) string {
+	const marks = "!#$%&()*+,"
+	var b []byte
+	for {
+		b = append(b, marks[n%10])
+		if n /= 10; n == 0 {
+			return string(b)
+		}
+	}
+}
+
+// collectorProcess is an OTLP collector in a child process, asked for its span counts
+// over the child's stdin and stdout.
+type collectorProcess struct {
+	endpoint string
+	in       io.Writer
+	out      *bufio.Scanner
+}
+
+const collectorProcessEnv = "QUARRY_OTLP_COLLECTOR_PROCESS"
+
+// querySpanName is the gateway's server span, one per query.
+const querySpanName = "quarry.v1.QueryService/Query"
+
+func startCollectorProcess(b *testing.B) *collectorProcess {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestOTLPCollectorProcess$")
+	cmd.Env = append(os.Environ(), collectorProcessEnv+"=1")
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer tel.Shutdown(context.Background())
-	on0, on2, onEcho := measure()
-	b.StopTimer()
-	report := func(name string, off, on []time.Duration) {
-		if len(off) == 0 || len(on) == 0 {
-			return
-		}
-		p99off, p99on := percentile(off, 0.99), percentile(on, 0.99)
-		added := 100 * (float64(p99on) - float64(p99off)) / float64(p99off)
-		b.ReportMetric(added, name+"-p99-added-%")
-		fmt.Printf("%-5s tracing off p50 %7.1f µs p99 %7.1f µs | on p50 %7.1f µs p99 %7.1f µs | p99 %+5.1f %% (n=%d/%d)\n",
-			name, us(percentile(off, 0.5)), us(p99off), us(percentile(on, 0.5)), us(p99on), added, len(off), len(on))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
 	}
-	report("echo", offEcho, onEcho)
-	report("T0", off0, on0)
-	report("T2", off2, on2)
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { in.Close(); cmd.Wait() })
+	c := &collectorProcess{in: in, out: bufio.NewScanner(out)}
+	for c.out.Scan() {
+		if e, ok := strings.CutPrefix(c.out.Text(), "endpoint "); ok {
+			c.endpoint = e
+			return c
+		}
+	}
+	b.Fatalf("the collector process did not start: %v", c.out.Err())
+	return nil
+}
+
+// count returns how many spans the collector has received, how many of them were
+// named name, and in how many export requests.
+func (c *collectorProcess) count(name string) (total, named, exports int) {
+	fmt.Fprintln(c.in, name)
+	if !c.out.Scan() {
+		panic(fmt.Sprintf("collector process: %v", c.out.Err()))
+	}
+	if _, err := fmt.Sscan(c.out.Text(), &total, &named, &exports); err != nil {
+		panic(fmt.Sprintf("collector process said %q: %v", c.out.Text(), err))
+	}
+	return total, named, exports
+}
+
+// TestOTLPCollectorProcess is the collector BenchmarkTracingOverhead starts in a child
+// process; each line on stdin names a span to count.
+func TestOTLPCollectorProcess(t *testing.T) {
+	if os.Getenv(collectorProcessEnv) != "1" {
+		t.Skip("the benchmark's child process")
+	}
+	col := otlptest.StartCounting(t)
+	fmt.Println("endpoint", col.Endpoint())
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		total, named := col.Count(sc.Text())
+		fmt.Println(total, named, col.Exports())
+	}
+}
+
+// sample is one mode's measurements in one round.
+type sample struct {
+	t0, t2, echo []time.Duration
+	cpuPerIter   time.Duration
+	// Allocations do not depend on what else runs on the machine: the steadiest
+	// measure of what tracing adds.
+	allocsPerIter, bytesPerIter float64
+}
+
+// medianOf is the median over rounds of one figure of each round.
+func medianOf(rounds []sample, get func(sample) float64) float64 {
+	var v []float64
+	for _, r := range rounds {
+		v = append(v, get(r))
+	}
+	return median(v)
+}
+
+// addedPercent compares each round's on figure with the off figure of the same round,
+// measured next to it, so that load which comes and goes on the machine falls on both
+// sides of each ratio; it returns the median ratio as a percentage added.
+func addedPercent(off, on []sample, get func(sample) float64) float64 {
+	var ratios []float64
+	for r := range off {
+		ratios = append(ratios, get(on[r])/get(off[r]))
+	}
+	return 100 * (median(ratios) - 1)
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// switchProvider turns tracing on and off between rounds in one process. Off is a
+// no-op tracer, what a service without an exporter runs; on is the SDK's.
+type switchProvider struct {
+	embedded.TracerProvider
+	on  atomic.Bool
+	sdk trace.TracerProvider // set before on is first stored
+}
+
+func (p *switchProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	return &switchTracer{p: p, name: name, opts: opts, off: noop.NewTracerProvider().Tracer(name)}
+}
+
+type switchTracer struct {
+	embedded.Tracer
+	p    *switchProvider
+	name string
+	opts []trace.TracerOption
+	off  trace.Tracer
+	once sync.Once
+	sdk  trace.Tracer
+}
+
+func (t *switchTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if !t.p.on.Load() {
+		return t.off.Start(ctx, name, opts...)
+	}
+	t.once.Do(func() { t.sdk = t.p.sdk.Tracer(t.name, t.opts...) })
+	return t.sdk.Start(ctx, name, opts...)
 }

@@ -98,19 +98,26 @@ func TestOneTraceSpansTheChain(t *testing.T) {
 			}
 		}
 	}
-	// The gateway's own span carries the routing outcome.
-	if g := findIn(byID, "gateway.query", trace.SpanKindInternal); g == nil {
-		t.Error("no gateway.query span in the query's trace")
-	} else {
-		tier := ""
-		for _, a := range g.Attributes {
-			if a.Key == "quarry.tier" {
-				tier = a.Value.AsString()
+	// The gateway's server span carries the routing outcome and the cache lookups.
+	attrs := map[string]string{}
+	for _, a := range root.Attributes {
+		attrs[string(a.Key)] = a.Value.Emit()
+	}
+	for k, want := range map[string]string{"quarry.tier": "agentic", "quarry.from_cache": "false", "quarry.kb": llmKB} {
+		if attrs[k] != want {
+			t.Errorf("gateway server span has %s=%q, want %q", k, attrs[k], want)
+		}
+	}
+	events := map[string]string{}
+	for _, e := range root.Events {
+		for _, a := range e.Attributes {
+			if a.Key == "quarry.outcome" {
+				events[e.Name] = a.Value.AsString()
 			}
 		}
-		if tier != "agentic" {
-			t.Errorf("gateway.query span has quarry.tier %q, want agentic", tier)
-		}
+	}
+	if events["exact_cache"] != "miss" || events["fuzzy_cache"] == "" {
+		t.Errorf("gateway server span's cache events %v, want an exact_cache miss and a fuzzy_cache outcome", events)
 	}
 	rec := httptest.NewRecorder()
 	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))

@@ -75,7 +75,7 @@ func BenchmarkQueryExactHit(b *testing.B) {
 }
 
 // BenchmarkQueryFuzzyHit10k is T1 (same stems, served at once) through the router with
-// 10,000 cached answers, the speculative search started and cancelled each time.
+// 10,000 cached answers; the hedged speculative search does not start for such a hit.
 func BenchmarkQueryFuzzyHit10k(b *testing.B) {
 	r, questions := benchRouter(b, 10000)
 	reworded := make([]string, len(questions))

@@ -15,6 +15,11 @@ type Config struct {
 	ResolveTimeout time.Duration
 	// AgentTimeout bounds one agent answer (T3/T4), streaming included.
 	AgentTimeout time.Duration
+	// SpeculativeDelay hedges the speculative search: it starts as soon as the fuzzy
+	// lookup returns without an answer it can serve at once, or once the lookup has run
+	// this long, whichever comes first. A hit served at once then never shares the CPU
+	// with a search; 0 starts the search at once, in parallel with the lookup.
+	SpeculativeDelay time.Duration
 }
 
 // RegisterFlags registers the router flags with their defaults.
@@ -22,6 +27,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxQueryBytes, "max-query-bytes", 4096, "longest accepted query in bytes")
 	fs.DurationVar(&c.ResolveTimeout, "resolve-timeout", 5*time.Second, "deadline of one search-service Resolve call")
 	fs.DurationVar(&c.AgentTimeout, "agent-timeout", 60*time.Second, "deadline of one agent (LLM) answer")
+	fs.DurationVar(&c.SpeculativeDelay, "speculative-delay", time.Millisecond,
+		"how long the fuzzy-cache lookup may run before the speculative search starts beside it (0: always in parallel)")
 }
 
 // Validate rejects settings the router cannot work with, naming the flag.
@@ -33,6 +40,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("-resolve-timeout must be positive, got %s", c.ResolveTimeout)
 	case c.AgentTimeout <= 0:
 		return fmt.Errorf("-agent-timeout must be positive, got %s", c.AgentTimeout)
+	case c.SpeculativeDelay < 0:
+		return fmt.Errorf("-speculative-delay must not be negative, got %s", c.SpeculativeDelay)
 	}
 	return nil
 }

@@ -6,12 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/quarry-router/quarry/gateway/cache"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
@@ -97,8 +99,10 @@ func (r *Router) Query(ctx context.Context, req *quarryv1.QueryRequest, onDelta 
 	if err := r.validate(req); err != nil {
 		return nil, err
 	}
-	ctx, span := tracer.Start(ctx, "gateway.query")
-	defer span.End()
+	ctx, span, own := querySpan(ctx)
+	if own {
+		defer span.End()
+	}
 	c := &call{r: r, req: req, kb: req.GetKnowledgeBase(), start: start, mark: start, span: span}
 	if req.GetExplain() {
 		c.explain = &quarryv1.Explain{Cache: &quarryv1.CacheTrace{}}
@@ -146,22 +150,19 @@ func (c *call) run(ctx context.Context, onDelta func(string)) (*quarryv1.QueryRe
 	}
 	c.exactOutcome(lookupOutcome(ctx, r.log, "exact", err))
 
-	// The search starts now, in parallel with the fuzzy lookup; leaving the flight
-	// without waiting for it is what cancels it when the cache answers.
 	c.tokens = text.Tokens(c.norm)
 	if c.explain != nil {
 		c.explain.Cache.Tokens = c.tokens
 	}
-	key := flightKey(c.kb, c.gen, c.norm, c.req.GetExplain())
-	joined := time.Now()
-	rf := r.resolves.join(ctx, key, r.cfg.ResolveTimeout, r.resolveFn(c.kb, c.req.GetQuery(), c.norm, c.tokens, c.gen, c.req.GetExplain()))
-	defer r.resolves.leave(key, rf)
+	spec := c.speculate(ctx)
+	defer spec.end()
 
 	// T1.
-	if resp := c.fuzzy(ctx, rf); resp != nil {
+	if resp := c.fuzzy(ctx, spec); resp != nil {
 		return resp, nil
 	}
 
+	rf, joined := spec.start()
 	out, err := rf.wait(ctx)
 	if err != nil {
 		c.stageSince("resolve", joined, "error")
@@ -185,8 +186,65 @@ func (c *call) run(ctx context.Context, onDelta func(string)) (*quarryv1.QueryRe
 	}
 }
 
+// speculation is a call's speculative search (SPEC §2), hedged: the Resolve flight
+// starts when the fuzzy lookup returns without an answer it can serve at once, or when
+// the lookup has run for Config.SpeculativeDelay, whichever comes first. A search
+// started beside a lookup that then hits only burns the cores the hit needs (with Redis
+// the lookup is a round trip, and the search's CPU made it wait); a lookup that is slow
+// does not hold up the search of a miss by more than the delay.
+type speculation struct {
+	c     *call
+	ctx   context.Context
+	key   string
+	timer *time.Timer // nil when the search started at once
+
+	mu     sync.Mutex
+	f      *flight[resolved]
+	joined time.Time
+	ended  bool
+}
+
+func (c *call) speculate(ctx context.Context) *speculation {
+	s := &speculation{c: c, ctx: ctx, key: flightKey(c.kb, c.gen, c.norm, c.req.GetExplain())}
+	if d := c.r.cfg.SpeculativeDelay; d > 0 {
+		s.timer = time.AfterFunc(d, func() { s.start() })
+	} else {
+		s.start()
+	}
+	return s
+}
+
+// start joins the call's Resolve flight unless it has already, and returns it with the
+// time it was joined. After end it joins nothing and returns nil: a hedge timer that
+// fires as the call returns must not start a search nobody waits for.
+func (s *speculation) start() (*flight[resolved], time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil && !s.ended {
+		c := s.c
+		s.joined = time.Now()
+		s.f = c.r.resolves.join(s.ctx, s.key, c.r.cfg.ResolveTimeout,
+			c.r.resolveFn(c.kb, c.req.GetQuery(), c.norm, c.tokens, c.gen, c.req.GetExplain()))
+	}
+	return s.f, s.joined
+}
+
+// end leaves the flight, if one was joined; leaving without waiting for it is what
+// cancels a search when the cache answers.
+func (s *speculation) end() {
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended = true
+	if s.f != nil {
+		s.c.r.resolves.leave(s.key, s.f)
+	}
+}
+
 // fuzzy runs the T1 lookup and verification; it returns nil when T1 does not answer.
-func (c *call) fuzzy(ctx context.Context, rf *flight[resolved]) *quarryv1.QueryResponse {
+func (c *call) fuzzy(ctx context.Context, spec *speculation) *quarryv1.QueryResponse {
 	r := c.r
 	cand, sim, err := r.store.Similar(ctx, c.kb, c.gen, c.tokens)
 	if err != nil {
@@ -195,7 +253,8 @@ func (c *call) fuzzy(ctx context.Context, rf *flight[resolved]) *quarryv1.QueryR
 	}
 	if cand.Query == c.norm {
 		// This very question's answer was stored after the exact lookup missed, by the
-		// flight this call joined: take the flight's result, not a cache hit on it.
+		// flight this call joined or joins next (a flight stays joinable while callers
+		// hold it): take the flight's result, not a cache hit on it.
 		c.fuzzyOutcome("skipped: this question's answer was just computed")
 		return nil
 	}
@@ -215,12 +274,13 @@ func (c *call) fuzzy(ctx context.Context, rf *flight[resolved]) *quarryv1.QueryR
 		return c.serveFuzzy(cached, "same stems")
 	}
 	// (b) Otherwise the fresh search must route the question the same way.
+	rf, _ := spec.start()
 	out, err := rf.wait(ctx)
 	if err != nil {
 		c.reject("search failed, cannot verify")
 		return nil
 	}
-	ok, why := agrees(cached, out.res)
+	ok, why := agrees(c.norm, cand.Query, cached, out.res)
 	if !ok {
 		c.reject(why)
 		return nil
@@ -252,9 +312,18 @@ func (c *call) reject(why string) {
 	c.stage("fuzzy_cache", "rejected: "+why)
 }
 
-// agrees decides whether a fresh search confirms that a cached answer to a similar
-// question answers this one: same route and same top source, or both out of domain.
-func agrees(cached *quarryv1.QueryResponse, res *quarryv1.ResolveResponse) (bool, string) {
+// agrees decides whether a fresh search confirms that the cached answer to candidate, a
+// similar question, answers query (both normalised): both out of domain, or the same
+// route and top source with no word of the candidate replaced by another.
+//
+// The search alone is not enough: a question that copies most of a document's wording
+// but swaps its subject ("gzip NewReader creates a new Reader..." asked of zlib) still
+// ranks that document first, so the search "agrees" with the cached answer to the
+// original. A rewording adds or drops words (qualifiers, filler) around the same
+// subject, which the search then confirms; a replaced content word names another
+// subject (rotate vs revoke, gzip vs zlib), so it is another question. An out-of-domain
+// answer is the same whatever was asked.
+func agrees(query, candidate string, cached *quarryv1.QueryResponse, res *quarryv1.ResolveResponse) (bool, string) {
 	if g := res.GetGeneration(); g != 0 && g != cached.GetGeneration() {
 		return false, fmt.Sprintf("knowledge base changed (generation %d, cached %d)", g, cached.GetGeneration())
 	}
@@ -270,7 +339,42 @@ func agrees(cached *quarryv1.QueryResponse, res *quarryv1.ResolveResponse) (bool
 	if fresh == "" || fresh != old {
 		return false, fmt.Sprintf("top source %q differs from the cached answer's %q", fresh, old)
 	}
+	if gone, came := wordChanges(candidate, query); len(gone) > 0 && len(came) > 0 {
+		return false, fmt.Sprintf("search agrees, but %s replaced by %s asks another question",
+			strings.Join(gone, ","), strings.Join(came, ","))
+	}
 	return true, fmt.Sprintf("search agrees: %s from %s", route, fresh)
+}
+
+// wordChanges compares the content words of two questions as stems, counting each
+// occurrence: a word asked twice and then once lost an occurrence ("http Serve ...
+// HTTP connections" to "cgi Serve ... HTTP connections" replaced one http by cgi).
+// It returns the stems from has more of than to, and those to has more of, sorted.
+// Content words are the fuzzy cache's: text.Tokens without the de-duplication.
+func wordChanges(from, to string) (gone, came []string) {
+	count := func(q string) map[string]int {
+		m := make(map[string]int)
+		for _, w := range text.Words(q) {
+			if utf8.RuneCountInString(w) >= 2 && !text.IsStopWord(w) {
+				m[text.Stem(w)]++
+			}
+		}
+		return m
+	}
+	f, t := count(from), count(to)
+	for s, n := range f {
+		if n > t[s] {
+			gone = append(gone, s)
+		}
+	}
+	for s, n := range t {
+		if n > f[s] {
+			came = append(came, s)
+		}
+	}
+	slices.Sort(gone)
+	slices.Sort(came)
+	return gone, came
 }
 
 func topPath(s []*quarryv1.Source) string {
@@ -549,9 +653,7 @@ func (c *call) stored(ok bool) {
 
 // stage records the time since the previous stage ended.
 func (c *call) stage(name, outcome string) {
-	if c.span.IsRecording() {
-		c.span.AddEvent(name, trace.WithAttributes(attribute.String("quarry.outcome", outcome)))
-	}
+	stageEvent(c.span, name, outcome)
 	if c.explain == nil {
 		return
 	}

@@ -102,6 +102,8 @@ func canned(gens *fakeGens) func(context.Context, *quarryv1.ResolveRequest) (*qu
 			direct("auth/rotate-keys.md", "Rotate the signing keys with `keyctl rotate`.")
 		case strings.Contains(q, "revoke"):
 			direct("auth/revoke-token.md", "Revoke a token with `keyctl revoke`.")
+		case strings.Contains(q, "hmac"):
+			direct("crypto/hmac.md", "hmac.New returns a new HMAC hash.")
 		case strings.Contains(q, "design"):
 			res.Route = quarryv1.Tier_TIER_SINGLE_LLM
 			res.Answer = "Extract from arch/design.md."
@@ -183,6 +185,11 @@ type harness struct {
 
 func newHarness(t *testing.T, agent Agent) *harness {
 	t.Helper()
+	return newHarnessWith(t, agent, DefaultConfig())
+}
+
+func newHarnessWith(t *testing.T, agent Agent, cfg Config) *harness {
+	t.Helper()
 	gens := &fakeGens{gens: map[string]uint64{"kb": 1, "other": 1}}
 	store := &countingStore{Memory: cache.NewMemory(cache.DefaultConfig(), time.Now), changed: make(chan struct{})}
 	res := &fakeResolver{before: func(ctx context.Context, n int) error {
@@ -191,7 +198,7 @@ func newHarness(t *testing.T, agent Agent) *harness {
 	}}
 	res.set(canned(gens))
 	return &harness{t: t, res: res, gens: gens, store: store,
-		router: New(DefaultConfig(), store, res, agent, gens, nil)}
+		router: New(cfg, store, res, agent, gens, nil)}
 }
 
 func (h *harness) query(q string) *quarryv1.QueryResponse {
@@ -337,6 +344,9 @@ func TestFuzzyCache(t *testing.T) {
 			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "auth/revoke-token.md", "differs"},
 		{"a candidate whose route differs is rejected", "weather forecast paris today", "weather forecast paris rotate",
 			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "routes to"},
+		{"a candidate the search agrees with but whose subject was replaced is rejected (hmac vs sha256)",
+			"How does hmac New return a new HMAC hash?", "How does sha256 New return a new HMAC hash?",
+			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "crypto/hmac.md", "replaced by"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -372,8 +382,13 @@ func TestSpeculativeSearchIsCancelledOnFuzzyHit(t *testing.T) {
 	h := newHarness(t, nil)
 	h.query("How do I rotate keys?")
 
+	// The lookup outlasts the hedge delay, so the search starts beside it.
+	h.res.before = nil
+	started := make(chan struct{})
+	h.store.beforeSimilar = until(started, "the search started")
 	cancelled := make(chan error, 1)
 	h.res.set(func(ctx context.Context, _ *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error) {
+		close(started)
 		<-ctx.Done()
 		cancelled <- ctx.Err()
 		return nil, ctx.Err()

@@ -3,6 +3,7 @@ package route
 import (
 	"context"
 	"strings"
+	"sync"
 	"time"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
@@ -17,8 +18,9 @@ var tracer = otel.Tracer("github.com/quarry-router/quarry/gateway/route")
 // instruments are the gateway's query metrics: the tier mix and cache outcomes, and
 // latency per tier. They are no-ops until telemetry is set up.
 type instruments struct {
-	queries metric.Int64Counter
-	latency metric.Float64Histogram
+	queries  metric.Int64Counter
+	latency  metric.Float64Histogram
+	outcomes sync.Map // outcomeKey → *outcomeSets
 }
 
 func newInstruments() *instruments {
@@ -36,19 +38,83 @@ func tierName(t quarryv1.Tier) string {
 	return strings.ToLower(strings.TrimPrefix(t.String(), "TIER_"))
 }
 
+// querySpan returns the span a query's outcome and stages go on. A call that arrived
+// over gRPC has a server span already, and a child span covering the same time would
+// only double the spans to build and export (on a T0 answer, half the cost of tracing
+// it); an in-process caller gets a gateway.query span of its own, which is a no-op
+// when tracing is off. own says whether the caller must end it.
+func querySpan(ctx context.Context) (_ context.Context, _ trace.Span, own bool) {
+	if s := trace.SpanFromContext(ctx); s.IsRecording() {
+		return ctx, s, false
+	}
+	ctx, s := tracer.Start(ctx, "gateway.query")
+	return ctx, s, true
+}
+
+// Common stage outcomes, built once: an event is added to every traced query.
+var (
+	outcomeHit  = trace.WithAttributes(attribute.String("quarry.outcome", "hit"))
+	outcomeMiss = trace.WithAttributes(attribute.String("quarry.outcome", "miss"))
+)
+
+// stageEvent marks the end of a stage on the query's span. Stages without an outcome
+// (normalising the query takes microseconds) are left out.
+func stageEvent(span trace.Span, name, outcome string) {
+	if outcome == "" || !span.IsRecording() {
+		return
+	}
+	opt := outcomeMiss
+	switch outcome {
+	case "hit":
+		opt = outcomeHit
+	case "miss":
+	default:
+		opt = trace.WithAttributes(attribute.String("quarry.outcome", outcome))
+	}
+	span.AddEvent(name, opt)
+}
+
+// outcomeKey is what the query metrics are broken down by.
+type outcomeKey struct {
+	tier, origin        quarryv1.Tier
+	fromCache, degraded bool
+}
+
+// outcomeSets are the attribute sets of one outcome, built once: building a set sorts
+// and hashes its attributes, which would otherwise happen twice per query.
+type outcomeSets struct {
+	all, tier metric.MeasurementOption
+	attrs     []attribute.KeyValue
+}
+
+func (in *instruments) sets(k outcomeKey) *outcomeSets {
+	if s, ok := in.outcomes.Load(k); ok {
+		return s.(*outcomeSets)
+	}
+	tier := attribute.String("quarry.tier", tierName(k.tier))
+	attrs := []attribute.KeyValue{
+		tier,
+		attribute.String("quarry.origin_tier", tierName(k.origin)),
+		attribute.Bool("quarry.from_cache", k.fromCache),
+		attribute.Bool("quarry.degraded", k.degraded),
+	}
+	s := &outcomeSets{
+		all:   metric.WithAttributeSet(attribute.NewSet(attrs...)),
+		tier:  metric.WithAttributeSet(attribute.NewSet(tier)),
+		attrs: attrs,
+	}
+	v, _ := in.outcomes.LoadOrStore(k, s)
+	return v.(*outcomeSets)
+}
+
 // record puts the outcome of a query on its span and into the metrics.
 func (in *instruments) record(ctx context.Context, span trace.Span, resp *quarryv1.QueryResponse, elapsed time.Duration) {
-	tier, origin := tierName(resp.GetTier()), tierName(resp.GetOriginTier())
-	attrs := []attribute.KeyValue{
-		attribute.String("quarry.tier", tier),
-		attribute.String("quarry.origin_tier", origin),
-		attribute.Bool("quarry.from_cache", resp.GetFromCache()),
-		attribute.Bool("quarry.degraded", resp.GetDegraded()),
-	}
+	s := in.sets(outcomeKey{resp.GetTier(), resp.GetOriginTier(), resp.GetFromCache(), resp.GetDegraded()})
 	if span.IsRecording() {
-		span.SetAttributes(append(attrs, attribute.String("quarry.kb", resp.GetKnowledgeBase()),
-			attribute.Int64("quarry.generation", int64(resp.GetGeneration())))...)
+		span.SetAttributes(s.attrs...)
+		span.SetAttributes(attribute.String("quarry.kb", resp.GetKnowledgeBase()),
+			attribute.Int64("quarry.generation", int64(resp.GetGeneration())))
 	}
-	in.queries.Add(ctx, 1, metric.WithAttributes(attrs...))
-	in.latency.Record(ctx, float64(elapsed.Microseconds())/1000, metric.WithAttributes(attrs[0]))
+	in.queries.Add(ctx, 1, s.all)
+	in.latency.Record(ctx, float64(elapsed.Microseconds())/1000, s.tier)
 }

@@ -55,8 +55,9 @@ type Telemetry struct {
 	Tracing bool
 }
 
-// Setup installs the global tracer and meter providers and the W3C trace-context
-// propagator. Call Shutdown on exit to flush what is buffered.
+// Setup installs the global meter provider, the W3C trace-context propagator and, when
+// tracing is on, the global tracer provider. Call Shutdown on exit to flush what is
+// buffered.
 func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	getenv := cfg.Getenv
 	if getenv == nil {
@@ -77,16 +78,15 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 			return nil, err
 		}
 	}
-	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	if exp != nil {
 		t.Tracing = true
-		topts = append(topts, sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second)))
+		proc := sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second))
 		if cfg.SpanExporter != nil && !cfg.Batch {
 			// Tests read spans as soon as a call returns.
-			topts = append(topts[:1], sdktrace.WithSyncer(exp))
+			proc = sdktrace.WithSyncer(exp)
 		}
+		t.tracer = sdktrace.NewTracerProvider(sdktrace.WithResource(res), proc)
 	}
-	t.tracer = sdktrace.NewTracerProvider(topts...)
 
 	prom, err := otelprom.New(otelprom.WithRegisterer(t.registry))
 	if err != nil {
@@ -103,7 +103,13 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	t.meter = sdkmetric.NewMeterProvider(mopts...)
 
 	current.Store(t)
-	otel.SetTracerProvider(t.tracer)
+	// Without an exporter the global tracer provider stays the API's no-op one rather
+	// than an SDK with nowhere to send spans: that one would still build, time and end
+	// every span. Its spans carry the caller's trace context on, so a traced caller's
+	// trace continues through an untraced service, and logs show its trace id.
+	if t.tracer != nil {
+		otel.SetTracerProvider(t.tracer)
+	}
 	otel.SetMeterProvider(t.meter)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	return t, nil
@@ -177,7 +183,14 @@ func ServeMetrics(ctx context.Context, addr string) error {
 	return nil
 }
 
+// TracerProvider is the SDK provider spans are exported from; nil when tracing is off.
+func (t *Telemetry) TracerProvider() *sdktrace.TracerProvider { return t.tracer }
+
 // Shutdown flushes and stops the providers.
 func (t *Telemetry) Shutdown(ctx context.Context) error {
-	return errors.Join(t.tracer.Shutdown(ctx), t.meter.Shutdown(ctx))
+	var terr error
+	if t.tracer != nil {
+		terr = t.tracer.Shutdown(ctx)
+	}
+	return errors.Join(terr, t.meter.Shutdown(ctx))
 }

@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/telemetry/otlptest"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc/reflection/grpc_reflection_v1"
 )
 
@@ -43,6 +45,9 @@ func TestExporterFromEnvironment(t *testing.T) {
 			defer tel.Shutdown(context.Background())
 			if tel.Tracing != tt.tracing {
 				t.Errorf("Tracing = %v, want %v", tel.Tracing, tt.tracing)
+			}
+			if (tel.TracerProvider() != nil) != tt.tracing {
+				t.Errorf("TracerProvider() = %v with tracing %v", tel.TracerProvider(), tt.tracing)
 			}
 		})
 	}
@@ -134,5 +139,55 @@ func TestLogHandlerAddsTraceIDs(t *testing.T) {
 	span.End()
 	if !strings.Contains(buf.String(), span.SpanContext().TraceID().String()) {
 		t.Errorf("log line %s lacks the trace id", buf.String())
+	}
+}
+
+// TestTracingOffCostsNoSpans checks that with no exporter Setup leaves the no-op tracer
+// provider in place, whose spans record nothing yet carry a caller's trace on.
+func TestTracingOffCostsNoSpans(t *testing.T) {
+	before := noop.NewTracerProvider()
+	otel.SetTracerProvider(before)
+	tel, err := Setup(context.Background(), Config{Service: "test", Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	if otel.GetTracerProvider() != before {
+		t.Fatalf("tracing off replaced the tracer provider with %T", otel.GetTracerProvider())
+	}
+	caller := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled, Remote: true,
+	})
+	_, span := otel.Tracer("test").Start(trace.ContextWithRemoteSpanContext(context.Background(), caller), "op")
+	if span.IsRecording() {
+		t.Error("a span records with tracing off")
+	}
+	if span.SpanContext().TraceID() != caller.TraceID() {
+		t.Errorf("span's trace id %v, want the caller's %v", span.SpanContext().TraceID(), caller.TraceID())
+	}
+}
+
+// TestOTLPEndpointExportsSpans configures OTLP the way a deployment does, through
+// OTEL_EXPORTER_OTLP_ENDPOINT, and checks that a span reaches a collector over gRPC
+// under the service's name.
+func TestOTLPEndpointExportsSpans(t *testing.T) {
+	col := otlptest.Start(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.Endpoint())
+	t.Setenv("OTEL_METRICS_EXPORTER", "none")
+	t.Setenv("OTEL_SERVICE_NAME", "")
+	tel, err := Setup(context.Background(), Config{Service: "quarry-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer otel.SetTracerProvider(noop.NewTracerProvider())
+	_, span := otel.Tracer("test").Start(context.Background(), "op")
+	span.End()
+	// Shutdown flushes the batch: the span is at the collector when it returns.
+	if err := tel.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	spans := col.Spans()
+	if len(spans) != 1 || spans[0].Name != "op" || spans[0].Service != "quarry-test" || spans[0].TraceID != span.SpanContext().TraceID() {
+		t.Fatalf("collector received %+v, want the one span op of service quarry-test", spans)
 	}
 }

@@ -1,0 +1,89 @@
+package route
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+// testTracing installs one recording tracer provider for the package's tests: the
+// package's tracer delegates to the first provider set in the process, for good.
+var testTracing = sync.OnceValues(func() (*sdktrace.TracerProvider, *tracetest.InMemoryExporter) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	otel.SetTracerProvider(tp)
+	return tp, exp
+})
+
+func TestQueryOutcomeGoesOnOneSpanPerQuery(t *testing.T) {
+	tp, exp := testTracing()
+	tests := []struct {
+		name     string
+		caller   bool   // the query arrives inside a recording span, as over gRPC
+		wantSpan string // the span that carries the outcome
+	}{
+		{"a traced call's own span carries the outcome", true, "server"},
+		{"an in-process call without a span gets gateway.query", false, "gateway.query"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			exp.Reset()
+			var tiers []quarryv1.Tier
+			for range 2 { // computed, then from the exact cache
+				ctx := context.Background()
+				end := func() {}
+				if tt.caller {
+					c, s := tp.Tracer("test").Start(ctx, "server")
+					ctx, end = c, func() { s.End() }
+				}
+				resp, err := h.router.Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "How do I rotate the keys?"}, nil)
+				end()
+				if err != nil {
+					t.Fatal(err)
+				}
+				tiers = append(tiers, resp.GetTier())
+			}
+			spans := exp.GetSpans()
+			if len(spans) != 2 {
+				t.Fatalf("%d spans for two queries, want 2 (one each): %v", len(spans), spanNames(spans))
+			}
+			for i, s := range spans {
+				if s.Name != tt.wantSpan {
+					t.Errorf("query %d's span is %q, want %q", i, s.Name, tt.wantSpan)
+				}
+				tier := ""
+				for _, a := range s.Attributes {
+					if a.Key == "quarry.tier" {
+						tier = a.Value.AsString()
+					}
+				}
+				if want := tierName(tiers[i]); tier != want {
+					t.Errorf("query %d's span has quarry.tier %q, want %q", i, tier, want)
+				}
+				exact := ""
+				for _, e := range s.Events {
+					if e.Name == "exact_cache" && len(e.Attributes) == 1 {
+						exact = e.Attributes[0].Value.AsString()
+					}
+				}
+				if want := []string{"miss", "hit"}[i]; exact != want {
+					t.Errorf("query %d's exact_cache event says %q, want %q", i, exact, want)
+				}
+			}
+		})
+	}
+}
+
+func spanNames(spans tracetest.SpanStubs) []string {
+	var names []string
+	for _, s := range spans {
+		names = append(names, s.Name)
+	}
+	return names
+}
