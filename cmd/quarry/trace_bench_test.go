@@ -247,6 +247,9 @@ func BenchmarkTracingOverhead(b *testing.B) {
 		fmt.Printf("%-4s off p50 %7.1f p99 %7.1f µs | on p50 %7.1f p99 %7.1f µs | added p50 %+5.1f %% p99 %+5.1f %%\n",
 			m.name, medianOf(off, p50), medianOf(off, p99), medianOf(on, p50), medianOf(on, p99), added50, added99)
 		b.ReportMetric(added99, m.name+"-p99-added-%")
+		if m.name != "echo" {
+			reportRatioBar(b, "tracing (100 % sampled) added to "+m.name+" p99", b.N*len(on), added99/100, 0.10)
+		}
 	}
 	cpu := func(s sample) float64 { return us(s.cpuPerIter) }
 	addedCPU := addedPercent(off, on, cpu)
