@@ -43,8 +43,8 @@ func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 			MinConnectTimeout: 5 * time.Second,
 		}),
 		// Carries the trace context to the next service, so one trace spans the chain.
-		// Health checks (probes, load balancer checks) stay out of traces and metrics.
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithFilter(notHealth))),
+		// Health checks and Watch streams stay out of traces and metrics (see traced).
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithFilter(traced))),
 	}
 	conn, err := grpc.NewClient(target, append(base, opts...)...)
 	if err != nil {

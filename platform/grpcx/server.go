@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -75,7 +76,7 @@ func NewServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
 		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(rec), logging.StreamServerInterceptor(logger, logOpts...)),
 		// Spans and RPC metrics for every call, continuing the caller's trace. With
 		// telemetry off the global providers are no-ops and this costs next to nothing.
-		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithFilter(notHealth))),
+		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithFilter(traced))),
 	}
 	s := &Server{
 		Server:   grpc.NewServer(append(base, opts...)...),
@@ -89,9 +90,15 @@ func NewServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
 	return s
 }
 
-// notHealth keeps health checks (probes every few seconds) out of traces.
-func notHealth(info *stats.RPCTagInfo) bool {
-	return info.FullMethodName != healthpb.Health_Check_FullMethodName && info.FullMethodName != healthpb.Health_Watch_FullMethodName
+// traced keeps out of traces the calls that are not requests: health checks (probes
+// every few seconds) and Watch streams (Health.Watch, SearchService.WatchGenerations),
+// which live as long as the connection and would be one trace per process lifetime.
+func traced(info *stats.RPCTagInfo) bool {
+	if info.FullMethodName == healthpb.Health_Check_FullMethodName {
+		return false
+	}
+	_, method, _ := strings.Cut(strings.TrimPrefix(info.FullMethodName, "/"), "/")
+	return !strings.HasPrefix(method, "Watch")
 }
 
 // codeToLevel logs successful calls at debug (one line per request is only wanted when
