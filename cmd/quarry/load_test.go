@@ -2,12 +2,17 @@ package main
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
+
+// leakSlack is how many more goroutines than before a load run may linger after it:
+// background work that comes and goes (cache janitor ticks, gRPC keepalives).
+const leakSlack = 10
 
 // TestLoadMixedWorkload runs the load generator briefly against the example KB: 32
 // concurrent callers, repeated, reworded and new questions and echoes, zero errors.
@@ -22,6 +27,11 @@ func TestLoadMixedWorkload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One call first, so that the connections the run uses exist before the count.
+	if _, err := healthpb.NewHealthClient(gw).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	goroutines := runtime.NumGoroutine()
 	rep, err := runLoad(context.Background(), quarryv1.NewQueryServiceClient(gw), healthpb.NewHealthClient(gw),
 		loadConfig{Concurrency: 32, Duration: 3 * time.Second, Warmup: 500 * time.Millisecond, KB: "platform", Mix: mix, Questions: qs, Timeout: 10 * time.Second}, nil)
 	if err != nil {
@@ -34,6 +44,16 @@ func TestLoadMixedWorkload(t *testing.T) {
 		if rep.ByTier[tier].N == 0 {
 			t.Errorf("no %s calls in the mix: %v", tier, rep.ByTier)
 		}
+	}
+	// Every flight, stream and timer of the run ends with it: a goroutine left per call
+	// (or per flight) would show here as hundreds more.
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > goroutines+leakSlack && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > goroutines+leakSlack {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines before the run, %d ten seconds after it:\n%s", goroutines, n, buf[:runtime.Stack(buf, true)])
 	}
 	t.Logf("%d calls, %.0f qps, T0 p99 %.2f ms, echo p99 %.2f ms", rep.Calls, rep.QPS, rep.ByTier["EXACT_CACHE"].P99, rep.ByTier["ECHO"].P99)
 }
