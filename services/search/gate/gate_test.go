@@ -3,6 +3,7 @@ package gate
 import (
 	"flag"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -129,7 +130,7 @@ func TestOutOfDomain(t *testing.T) {
 			OODInput{Results: results(0.45), Files: 5000, AllTermsMatched: true}, ""},
 		{"low_relevance looks at the best R, not the first result",
 			OODInput{Results: results(0.3, 0.6), Files: 5000, AllTermsMatched: true}, ""},
-		{"unmatched_term fires when a 4+ char word is in none of the top results",
+		{"unmatched_term fires when a 3+ char word is in none of the top results",
 			OODInput{Results: results(0.6), Files: 10, Terms: []string{"rotate", "terraform"}, Contains: docs}, RuleUnmatchedTerm},
 		{"unmatched_term matches exact stems, not prefixes: are/arecord is no evidence",
 			OODInput{Results: results(0.6, 0.5, 0.4), Files: 10, Terms: []string{"record", "token"}, Contains: docs}, RuleUnmatchedTerm},
@@ -137,10 +138,16 @@ func TestOutOfDomain(t *testing.T) {
 			OODInput{Results: results(0.6), Files: 10, Terms: []string{"rotating", "tokens"}, Contains: docs}, ""},
 		{"unmatched_term counts a word found in any of the top results",
 			OODInput{Results: results(0.6, 0.5), Files: 10, Terms: []string{"refresh", "session"}, Contains: docs}, ""},
-		{"unmatched_term ignores words under 4 characters",
-			OODInput{Results: results(0.6), Files: 10, Terms: []string{"jwt", "token"}, Contains: docs}, ""},
+		{"unmatched_term counts a name of 3 characters (ssh)",
+			OODInput{Results: results(0.6), Files: 10, Terms: []string{"ssh", "token"}, Contains: docs}, RuleUnmatchedTerm},
+		{"unmatched_term ignores words under 3 characters",
+			OODInput{Results: results(0.6), Files: 10, Terms: []string{"gz", "token"}, Contains: docs}, ""},
+		{"unmatched_term with -gate-ood-term-min-len 4 ignores a 3-character name",
+			OODInput{Results: results(0.6), Files: 10, Terms: []string{"ssh", "token"}, Contains: docs}, ""},
 		{"unmatched_term ignores stop words",
 			OODInput{Results: results(0.6), Files: 10, Terms: []string{"which", "token"}, Contains: docs}, ""},
+		{"unmatched_term ignores a contraction that lost its apostrophe (isn't)",
+			OODInput{Results: results(0.6), Files: 10, Terms: []string{"isnt", "token"}, Contains: docs}, ""},
 		{"unmatched_term does not fire when the all-terms search matched",
 			OODInput{Results: results(0.6), Files: 10, AllTermsMatched: true, Terms: []string{"terraform"}, Contains: docs}, ""},
 		{"unmatched_term does not fire when the best R reaches 0.85",
@@ -171,9 +178,12 @@ func TestOutOfDomain(t *testing.T) {
 		{"an in-domain question passes every rule",
 			OODInput{Results: results(0.95, 0.3), Files: 5000, AllTermsMatched: true, Terms: []string{"refresh", "token"}, Contains: docs}, ""},
 	}
-	cfg := DefaultConfig()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			if strings.Contains(tc.name, "-gate-ood-term-min-len 4") {
+				cfg.OODTermMinLen = 4
+			}
 			rule, ood := cfg.OutOfDomain(tc.in)
 			if rule != tc.wantRule || ood != (tc.wantRule != "") {
 				t.Fatalf("OutOfDomain = %q, %v; want %q", rule, ood, tc.wantRule)
@@ -268,6 +278,8 @@ func TestConfig(t *testing.T) {
 		{"gate-ood-written-name-max", "1.5"},
 		{"gate-ood-written-name-min-len", "0"},
 		{"gate-ood-unfamiliar-share", "-0.1"},
+		{"gate-ood-rare-name-share", "1.1"},
+		{"gate-ood-subject-coverage", "-0.5"},
 	}
 	for _, tc := range bad {
 		t.Run(tc.flag, func(t *testing.T) {
@@ -317,9 +329,12 @@ func TestOutOfDomainWrittenNamesAndUnfamiliarWords(t *testing.T) {
 		{"a written name of 3 characters counts (Vue)", nil,
 			OODInput{Results: results(0.6), Terms: []string{"vue", "log", "file"}, Contains: top,
 				InKB: known("log", "file"), IsName: set("vue"), Written: set("vue")}, RuleUnmatchedTerm},
-		{"a written name under 3 characters does not count (Qt)", nil,
+		{"a written name of 2 characters counts (Qt)", nil,
 			OODInput{Results: results(0.6), AllTermsMatched: true, Terms: []string{"qt", "log", "file"}, Contains: top,
-				InKB: known("log", "file"), IsName: set("qt"), Written: set("qt")}, ""},
+				InKB: known("log", "file"), IsName: set("qt"), Written: set("qt")}, RuleUnmatchedTerm},
+		{"a written name of 1 character does not count (C#)", nil,
+			OODInput{Results: results(0.6), AllTermsMatched: true, Terms: []string{"c", "log", "file"}, Contains: top,
+				InKB: known("log", "file"), IsName: set("c"), Written: set("c")}, ""},
 		{"a written name the KB uses is no evidence (JWT: how do I rotate the signing key)", nil,
 			OODInput{Results: results(0.6), AllTermsMatched: true, Terms: []string{"jwt", "rotate", "signing", "key"}, Contains: top,
 				InKB: known("jwt", "rotate", "signing", "key"), IsName: set("jwt"), Written: set("jwt")}, ""},
@@ -329,6 +344,15 @@ func TestOutOfDomainWrittenNamesAndUnfamiliarWords(t *testing.T) {
 		{"one word in three the KB never uses is a rewording (which permission scope should I use)", nil,
 			OODInput{Results: results(0.84), Terms: []string{"permission", "scope", "use"}, Contains: kbContains(map[string][]string{"r0.md": {"scope", "use"}}),
 				InKB: known("scope", "use"), IsName: everyday}, ""},
+		{"two everyday words in five the KB never uses (what does the error light on my washing machine mean)", nil,
+			OODInput{Results: results(0.96), Terms: []string{"error", "light", "washing", "machine", "mean"}, Contains: kbContains(map[string][]string{"r0.md": text.Stems([]string{"error", "machine", "mean"})}),
+				InKB: known("error", "machine", "mean"), IsName: everyday}, RuleUnfamiliarWords},
+		{"a share of 0.5 leaves two everyday words in five alone", func(c *Config) { c.OODUnfamiliarShare = 0.5 },
+			OODInput{Results: results(0.96), Terms: []string{"error", "light", "washing", "machine", "mean"}, Contains: kbContains(map[string][]string{"r0.md": text.Stems([]string{"error", "machine", "mean"})}),
+				InKB: known("error", "machine", "mean"), IsName: everyday}, ""},
+		{"everyday words of 3 characters count (can I bring my dog to the office)", nil,
+			OODInput{Results: results(1), Terms: []string{"bring", "dog", "office"}, Contains: kbContains(map[string][]string{"r0.md": {"offic"}}),
+				InKB: known("office"), IsName: everyday}, RuleUnfamiliarWords},
 		{"a share of 1/3 calls one word in three out of domain", func(c *Config) { c.OODUnfamiliarShare = 0.33 },
 			OODInput{Results: results(0.84), Terms: []string{"permission", "scope", "use"}, Contains: kbContains(map[string][]string{"r0.md": {"scope", "use"}}),
 				InKB: known("scope", "use"), IsName: everyday}, RuleUnfamiliarWords},
@@ -354,5 +378,113 @@ func TestOutOfDomainWrittenNamesAndUnfamiliarWords(t *testing.T) {
 				t.Fatalf("OutOfDomain = %q, %v; want %q", rule, ood, tc.want)
 			}
 		})
+	}
+}
+
+// TestOutOfDomainRareNamesSubjectsAndLiterals checks rare_name, uncovered_subject and
+// quoted values, each with the questions that must stay in domain.
+func TestOutOfDomainRareNamesSubjectsAndLiterals(t *testing.T) {
+	// kb is a KB of 100 documents: df gives each stem's document count, r0.md..r2.md are
+	// the top results with their stems.
+	df := map[string]int{}
+	for _, w := range []string{"marshal", "messag", "protobuf", "request", "new", "key", "offic", "front",
+		"name", "scope", "servic", "error", "convers", "tell", "wrong", "strconv", "atoi", "go"} {
+		df[text.Stem(w)] = 20
+	}
+	df["java"] = 2       // mentioned in passing, in 2 % of the documents
+	df["javascript"] = 9 // in 9 %
+	in := func(q string, all bool, r []rank.Result, docs map[string][]string, written ...string) OODInput {
+		words := text.Words(q)
+		var terms []string
+		for _, w := range words {
+			if !text.IsStopWord(w) {
+				terms = append(terms, w)
+			}
+		}
+		return OODInput{
+			Results: r, Files: 100, AllTermsMatched: all, Terms: terms, Words: words,
+			Contains: kbContains(docs),
+			InKB:     func(stem string) bool { return df[stem] > 0 },
+			DF:       func(stem string) int { return df[stem] },
+			IDF:      func(stem string) float64 { return math.Log(1 + (100-float64(df[stem])+0.5)/(float64(df[stem])+0.5)) },
+			IsName:   func(w string) bool { return slices.Contains(written, w) },
+			Written:  func(w string) bool { return slices.Contains(written, w) },
+		}
+	}
+	stems := func(ws ...string) []string { return text.Stems(ws) }
+	tests := []struct {
+		name string
+		edit func(*Config)
+		in   OODInput
+		want string
+	}{
+		{"rare_name: a name few documents use and no top result holds", nil,
+			in("How do I marshal a protobuf message in Java?", false, results(0.56), map[string][]string{"r0.md": stems("marshal", "protobuf", "message")}, "java"),
+			RuleRareName},
+		{"rare_name: not when a top result holds the name", nil,
+			in("How do I marshal a protobuf message in Java?", false, results(0.56), map[string][]string{"r0.md": stems("marshal", "message", "java")}, "java"),
+			""},
+		{"rare_name: not for a name in more than 5 % of the documents", nil,
+			in("How do I marshal a message in JavaScript?", false, results(0.56), map[string][]string{"r0.md": stems("marshal", "message")}, "javascript"),
+			""},
+		{"rare_name: not after an all-terms match", nil,
+			in("How do I marshal a protobuf message in Java?", true, results(0.56), map[string][]string{"r0.md": stems("marshal", "protobuf", "message")}, "java"),
+			""},
+		{"rare_name: not once the best relevance reaches 0.85", nil,
+			in("How do I marshal a protobuf message in Java?", false, results(0.9), map[string][]string{"r0.md": stems("marshal", "protobuf", "message")}, "java"),
+			""},
+		{"rare_name: not for a word the question does not write as a name", nil,
+			in("How do I marshal a protobuf message in java?", false, results(0.56), map[string][]string{"r0.md": stems("marshal", "protobuf", "message")}),
+			""},
+		{"rare_name off at share 0", func(c *Config) { c.OODRareNameShare = 0 },
+			in("How do I marshal a protobuf message in Java?", false, results(0.56), map[string][]string{"r0.md": stems("marshal", "protobuf", "message")}, "java"),
+			""},
+		{"uncovered_subject: the head of a noun phrase is a word the KB never uses", nil,
+			in("How do I request a new key for the office front door?", false, results(0.54), map[string][]string{"r0.md": stems("request", "new", "key")}),
+			RuleUncoveredSubject},
+		{"uncovered_subject: not when a top result holds half the question's weight", nil,
+			in("How do I request a new key for the office front door?", false, results(0.54), map[string][]string{"r0.md": stems("request", "new", "key", "office", "front")}),
+			""},
+		{"uncovered_subject: a modifier the KB lacks is a rewording (a new permission scope)", nil,
+			in("How should I name a new permission scope for my service?", false, results(0.84), map[string][]string{"r0.md": stems("name", "scope", "service")}),
+			""},
+		{"uncovered_subject: a noun phrase must start at a determiner or preposition", nil,
+			in("how do I request door keys", false, results(0.54), map[string][]string{"r0.md": stems("request", "key")}),
+			""},
+		{"uncovered_subject off at coverage 0", func(c *Config) { c.OODSubjectCoverage = 0 },
+			in("How do I request a new key for the office front door?", false, results(0.54), map[string][]string{"r0.md": stems("request", "new", "key")}),
+			""},
+		{"uncovered_subject needs the question's words", nil,
+			func() OODInput {
+				i := in("How do I request a new key for the office front door?", false, results(0.54), map[string][]string{"r0.md": stems("request", "new", "key")})
+				i.Words = nil
+				return i
+			}(),
+			""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			if tc.edit != nil {
+				tc.edit(&cfg)
+			}
+			rule, ood := cfg.OutOfDomain(tc.in)
+			if rule != tc.want || ood != (tc.want != "") {
+				t.Fatalf("OutOfDomain = %q, %v; want %q", rule, ood, tc.want)
+			}
+		})
+	}
+
+	// A quoted value is the user's data: no rule counts it, while the same word unquoted is a
+	// name the KB never uses.
+	q := in(`strconv.Atoi gives an error for "12abc", how do I tell what went wrong?`, false, results(0.6),
+		map[string][]string{"r0.md": stems("strconv", "atoi", "error")}, "strconv", "atoi", "12abc")
+	cfg := DefaultConfig()
+	if rule, _ := cfg.OutOfDomain(q); rule != RuleUnmatchedTerm {
+		t.Fatalf("unquoted 12abc: rule %q, want %q", rule, RuleUnmatchedTerm)
+	}
+	q.Literal = func(w string) bool { return w == "12abc" }
+	if rule, ood := cfg.OutOfDomain(q); ood {
+		t.Fatalf("quoted 12abc: rule %q, want in domain", rule)
 	}
 }

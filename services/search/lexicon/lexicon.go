@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/quarry-router/quarry/platform/text"
 )
@@ -183,3 +184,100 @@ func qualified(query string) []string {
 func NameLike(word string, names map[string]bool) bool {
 	return names[word] || !Common(word)
 }
+
+// TypoMinLen is the shortest word Typo corrects: one edit turns a short name into some
+// word of a large KB ("vue" is one letter from "use", "rails" from "mails").
+const TypoMinLen = 5
+
+// Typo returns the English word one edit (a letter deleted, inserted, replaced, or two
+// swapped) from word that the KB uses, and true, when word is a lower-case word of
+// TypoMinLen+ letters that no dictionary has ("transacton", "bufferd", "contxt"): a
+// misspelling of a KB word, not a name the KB lacks. df returns how many documents of
+// the KB use a stem. Callers pass only words the KB never uses and that the question does
+// not capitalise.
+//
+// The first letter is never edited (people rarely mistype it, while "gmail" is one letter
+// from "email"), the fix must be a dictionary word (a name one letter from a KB word, such
+// as "nginx" and "nginxe", stays a name), and among several fixes the one the most
+// documents use wins ("bufferd" is "buffered", not "buffed"), the first in a fixed order
+// on a tie, so the answer is the same every time.
+func Typo(word string, df func(stem string) int) (string, bool) {
+	if len(word) < TypoMinLen || Common(word) {
+		return "", false
+	}
+	for i := 0; i < len(word); i++ {
+		if word[i] < 'a' || word[i] > 'z' {
+			return "", false
+		}
+	}
+	best, bestDF := "", 0
+	try := func(v string) {
+		if v == word || text.IsStopWord(v) {
+			return
+		}
+		st := text.Stem(v)
+		if _, ok := english()[st]; !ok {
+			return
+		}
+		if n := df(st); n > bestDF {
+			best, bestDF = v, n
+		}
+	}
+	for i := 1; i < len(word); i++ {
+		try(word[:i] + word[i+1:])
+		if i+1 < len(word) {
+			try(word[:i] + string(word[i+1]) + string(word[i]) + word[i+2:])
+		}
+	}
+	for i := 1; i <= len(word); i++ {
+		for ch := byte('a'); ch <= 'z'; ch++ {
+			if i < len(word) {
+				try(word[:i] + string(ch) + word[i+1:])
+			}
+			try(word[:i] + string(ch) + word[i:])
+		}
+	}
+	return best, best != ""
+}
+
+// Literals returns the lower-cased words of query inside double quotes or backticks
+// (`Atoi fails on "12abc"`): values the question quotes as data, which no KB is expected
+// to hold, not names of what it asks about. Single quotes are apostrophes too often
+// ("partner's") to mark anything.
+func Literals(query string) map[string]bool {
+	out := map[string]bool{}
+	var open rune
+	start := 0
+	for i, r := range query {
+		switch {
+		case open == 0 && (r == '"' || r == '`' || r == '\u201c'):
+			open, start = r, i+utf8.RuneLen(r)
+		case open != 0 && (r == open || (open == '\u201c' && r == '\u201d')):
+			for _, w := range text.Words(query[start:i]) {
+				out[w] = true
+			}
+			open = 0
+		}
+	}
+	return out
+}
+
+// contractions are contractions as text.Words spells them, apostrophe dropped ("isn't" is
+// "isnt"). text's stop-word list holds most of them only with the apostrophe, so "isnt"
+// and "whos" reached the out-of-domain rules as names the KB never uses ("what alert
+// fires if the kid isn't published"). Left out are the ones that spell a frequent word
+// ("well", "shell", "hell", "ill", "id", "wed", "lets", "its"); "cant" and "wont" stay, a
+// question means can't and won't by them.
+var contractions = map[string]bool{
+	"isnt": true, "arent": true, "wasnt": true, "werent": true, "hasnt": true, "havent": true,
+	"hadnt": true, "doesnt": true, "dont": true, "didnt": true, "wont": true, "wouldnt": true,
+	"shant": true, "shouldnt": true, "cant": true, "couldnt": true, "mustnt": true,
+	"whos": true, "whats": true, "wheres": true, "whens": true, "whys": true, "hows": true,
+	"heres": true, "theres": true, "thats": true, "youre": true, "theyre": true, "ive": true,
+	"youve": true, "weve": true, "theyve": true, "youd": true, "theyd": true, "youll": true,
+	"theyll": true, "hes": true, "shes": true, "im": true,
+}
+
+// Contraction reports whether a word of text.Words is a contraction (see contractions):
+// a stop word that text.IsStopWord misses.
+func Contraction(word string) bool { return contractions[word] }

@@ -1,6 +1,10 @@
 package lexicon
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/quarry-router/quarry/platform/text"
+)
 
 func TestCommon(t *testing.T) {
 	tests := []struct {
@@ -95,5 +99,79 @@ func TestNamesWith(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestTypo(t *testing.T) {
+	// df is a KB that uses these words, the ones in more documents first.
+	kb := map[string]int{}
+	for i, w := range []string{"buffer", "transaction", "context", "password", "email", "nginxe", "buffed", "reset"} {
+		kb[text.Stem(w)] = 10 - i
+	}
+	df := func(stem string) int { return kb[stem] }
+	tests := []struct {
+		name, word, want string
+	}{
+		{"a letter left out", "transacton", "transaction"},
+		{"a letter left out of a short word", "contxt", "context"},
+		{"a letter doubled", "resett", "reset"},
+		{"the fix the most documents use wins", "bufferd", "buffer"},
+		{"a letter replaced", "pasword", "password"},
+		{"the first letter is never edited: gmail is not email", "gmail", ""},
+		{"the fix must be a dictionary word: a name one letter from a KB term stays a name", "nginx", ""},
+		{"a word under 5 letters is not corrected", "pgsq", ""},
+		{"a dictionary word is no typo", "bluffed", ""},
+		{"digits are not letters", "buffer2", ""},
+		{"capitals are the caller's names", "Bufferd", ""},
+		{"nothing close in the KB", "kafka", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := Typo(tt.word, df)
+			if got != tt.want || ok != (tt.want != "") {
+				t.Fatalf("Typo(%q) = %q, %v; want %q", tt.word, got, ok, tt.want)
+			}
+		})
+	}
+}
+
+func TestLiterals(t *testing.T) {
+	tests := []struct {
+		name, query string
+		want        []string
+	}{
+		{"double quotes", `strconv.Atoi fails on "12abc", why?`, []string{"12abc"}},
+		{"backticks", "why does `go vet` complain", []string{"go", "vet"}},
+		{"curly quotes", "what does \u201ctoo many clients\u201d mean", []string{"too", "many", "clients"}},
+		{"an apostrophe quotes nothing", "the partner's key isn't valid", nil},
+		{"an unclosed quote quotes nothing", `what is "12abc`, nil},
+		{"two quoted values", `"a1" or "b2"?`, []string{"a1", "b2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Literals(tt.query)
+			if len(got) != len(tt.want) {
+				t.Fatalf("Literals(%q) = %v, want %v", tt.query, got, tt.want)
+			}
+			for _, w := range tt.want {
+				if !got[w] {
+					t.Errorf("Literals(%q) lacks %q", tt.query, w)
+				}
+			}
+		})
+	}
+}
+
+func TestContraction(t *testing.T) {
+	for _, w := range []string{"isnt", "whos", "doesnt", "cant", "theyre"} {
+		if !Contraction(w) {
+			t.Errorf("Contraction(%q) = false: text.Words spells %q without its apostrophe", w, w)
+		}
+	}
+	// Words a contraction spells that questions use as words.
+	for _, w := range []string{"well", "shell", "ill", "id", "lets", "its", "kid"} {
+		if Contraction(w) {
+			t.Errorf("Contraction(%q) = true, want false", w)
+		}
 	}
 }

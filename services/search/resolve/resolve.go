@@ -113,6 +113,11 @@ type query struct {
 	stems []string
 	// names are the words the question writes like names (lexicon.Names).
 	names map[string]bool
+	// oodWords and oodTerms are words and terms with the typos of gate OODTypos
+	// corrected, for the out-of-domain rules.
+	oodWords, oodTerms []string
+	// literals are the words the question quotes as data (lexicon.Literals).
+	literals map[string]bool
 }
 
 func (r *Resolver) parse(k *kb.KB, q, scope string) (query, error) {
@@ -128,19 +133,75 @@ func (r *Resolver) parse(k *kb.KB, q, scope string) (query, error) {
 	words := text.Words(q)
 	terms := make([]string, 0, len(words))
 	for _, w := range words {
-		if !text.IsStopWord(w) {
+		// A contraction without its apostrophe ("isnt") is a stop word text's list misses.
+		if !text.IsStopWord(w) && !lexicon.Contraction(w) {
 			terms = append(terms, w)
 		}
 	}
 	names := lexicon.NamesWith(q, r.cfg.Gate.Writing())
+	var literals map[string]bool
+	if r.cfg.Gate.OODLiterals {
+		literals = lexicon.Literals(q)
+	}
+	fixes := r.typos(k, q, terms)
 	evidence := make([]string, 0, len(terms))
 	for _, t := range terms {
+		if literals[t] && k.Corpus.DF(text.Stem(t)) == 0 {
+			// The user's value ("12abc"): no document holds it, and counting it would
+			// lower every document's coverage alike.
+			continue
+		}
+		if f, ok := fixes[t]; ok {
+			t = f
+		}
 		if k.Corpus.DF(text.Stem(t)) == 0 && !lexicon.NameLike(t, names) {
 			continue
 		}
 		evidence = append(evidence, t)
 	}
-	return query{scope: scope, words: words, terms: terms, stems: text.Stems(evidence), names: names}, nil
+	fix := func(ws []string) []string {
+		if len(fixes) == 0 {
+			return ws
+		}
+		out := make([]string, len(ws))
+		for i, w := range ws {
+			if f, ok := fixes[w]; ok {
+				w = f
+			}
+			out[i] = w
+		}
+		return out
+	}
+	return query{scope: scope, words: words, terms: terms, stems: text.Stems(evidence), names: names,
+		oodWords: fix(words), oodTerms: fix(terms), literals: literals}, nil
+}
+
+// typos maps the terms that are typos of KB words (gate OODTypos, lexicon.Typo) to the
+// word meant. Words the question capitalises are names, however close to a KB word.
+func (r *Resolver) typos(k *kb.KB, q string, terms []string) map[string]string {
+	if !r.cfg.Gate.OODTypos {
+		return nil
+	}
+	var capital map[string]bool
+	var out map[string]string
+	for _, t := range terms {
+		if k.Corpus.DF(text.Stem(t)) > 0 {
+			continue
+		}
+		if capital == nil {
+			capital = lexicon.NamesWith(q, lexicon.Writing{Label: r.cfg.Gate.OODLabelNames})
+		}
+		if capital[t] {
+			continue
+		}
+		if f, ok := lexicon.Typo(t, k.Corpus.DF); ok {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[t] = f
+		}
+	}
+	return out
 }
 
 // Resolve routes a question.
@@ -187,11 +248,15 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 		Results:         ranked,
 		Files:           k.Files(),
 		AllTermsMatched: allTerms,
-		Terms:           pq.terms,
+		Terms:           pq.oodTerms,
+		Words:           pq.oodWords,
 		Contains:        k.Corpus.Contains,
 		InKB:            func(stem string) bool { return k.Corpus.DF(stem) > 0 },
+		DF:              k.Corpus.DF,
+		IDF:             k.Corpus.IDF,
 		IsName:          func(w string) bool { return lexicon.NameLike(w, pq.names) },
 		Written:         func(w string) bool { return pq.names[w] },
+		Literal:         func(w string) bool { return pq.literals[w] },
 	})
 	res.Trace.OODRule = rule
 	if ood {

@@ -362,12 +362,62 @@ func TestOutOfDomainWrittenNamesAndUnfamiliarWords(t *testing.T) {
 		{"in domain: an everyday word the KB lacks", "How long are backups retained?", ""},
 		{"in domain: a file name the KB uses", "What does gateway/routes.yaml configure?", ""},
 		{"in domain: a capitalised name the KB uses", "Why does PgBouncer break LISTEN/NOTIFY?", ""},
+		{"a name of three letters the KB never uses", "How do I rotate the SSH host keys on the bastion?", gate.RuleUnmatchedTerm},
+		{"two everyday words the KB never uses, one of three letters", "can I bring my dog to the office?", gate.RuleUnfamiliarWords},
+		{"a name the KB mentions once, in a file no top result is", "Does Graphite support the burn-rate alerts?", gate.RuleRareName},
+		{"the head of a noun phrase is a word the KB never uses", "How do I request a new key for the office front door?", gate.RuleUncoveredSubject},
+		{"in domain: a modifier the KB lacks", "How should I name a new permission scope for my service?", ""},
+		{"in domain: a typo of a KB word is no name", "pgbouncer transacton mode and prepared statements", ""},
+		{"in domain: a contraction is no name", "Why isn't my alert routed to PagerDuty?", ""},
+		{"in domain: a quoted value is the user's data, not a name", `keyctl create fails with "acme-2x9q" as the name, why?`, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := f.resolve(t, platform, tt.query)
 			if r.Trace.OODRule != tt.wantRule || (r.Route == gate.OutOfDomain) != (tt.wantRule != "") {
 				t.Fatalf("out-of-domain rule = %q, route %v; want %q (results %v)", r.Trace.OODRule, r.Route, tt.wantRule, resultPaths(r))
+			}
+		})
+	}
+}
+
+// Each new out-of-domain refinement has a flag that turns it off, and the question it
+// decides goes back to the rule it met before.
+func TestOutOfDomainRefinementFlags(t *testing.T) {
+	f := newFixture(t, false)
+	tests := []struct {
+		name    string
+		edit    func(*gate.Config)
+		query   string
+		on, off string // rule with the refinement on and off
+	}{
+		{"typos", func(c *gate.Config) { c.OODTypos = false },
+			"pgbouncer transacton mode and prepared statements", "", gate.RuleUnmatchedTerm},
+		{"rare names", func(c *gate.Config) { c.OODRareNameShare = 0 },
+			"Does Graphite support the burn-rate alerts?", gate.RuleRareName, ""},
+		{"uncovered subjects", func(c *gate.Config) { c.OODSubjectCoverage = 0 },
+			"How do I request a new key for the office front door?", gate.RuleUncoveredSubject, ""},
+		{"quoted values", func(c *gate.Config) { c.OODLiterals = false },
+			`keyctl create fails with "acme-2x9q" as the name, why?`, "", gate.RuleUnmatchedTerm},
+		{"three-letter names", func(c *gate.Config) { c.OODTermMinLen = 4 },
+			"How do I rotate the SSH host keys on the bastion?", gate.RuleUnmatchedTerm, gate.RuleUncoveredSubject},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if r := f.resolve(t, platform, tt.query); r.Trace.OODRule != tt.on {
+				t.Fatalf("on: rule %q, want %q", r.Trace.OODRule, tt.on)
+			}
+			cfg := f.cfg
+			tt.edit(&cfg.Gate)
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			r, err := resolve.New(cfg, f.reg, func() time.Time { return now }).Resolve(context.Background(), platform, tt.query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Trace.OODRule != tt.off {
+				t.Fatalf("off: rule %q, want %q", r.Trace.OODRule, tt.off)
 			}
 		})
 	}
