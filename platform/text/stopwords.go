@@ -1,5 +1,7 @@
 package text
 
+import "strings"
+
 // stopWords is the English stop-word list of the Snowball project (the one the embedded
 // search engine's "en" analyzer uses), plus the question words and auxiliaries that
 // questions to a knowledge base are made of ("how do i ...", "what is the ...").
@@ -32,9 +34,20 @@ var stopWords = func() map[string]struct{} {
 	m := make(map[string]struct{}, len(words))
 	for _, w := range words {
 		m[w] = struct{}{}
+		// Words drops apostrophes ("isn't" → "isnt"), so a contraction is a stop word
+		// in that spelling too — unless the spelling is a word of its own.
+		if bare := strings.ReplaceAll(w, "'", ""); bare != w && !contractionHomographs[bare] {
+			m[bare] = struct{}{}
+		}
 	}
 	return m
 }()
+
+// contractionHomographs are contractions without their apostrophe that are words in
+// their own right ("we'll" → "well", "she'll" → "shell"): not stop words.
+var contractionHomographs = map[string]bool{
+	"well": true, "shell": true, "ill": true, "id": true, "lets": true, "wed": true, "hell": true,
+}
 
 // IsStopWord reports whether a lower-case word is a stop word.
 func IsStopWord(w string) bool {

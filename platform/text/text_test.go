@@ -142,3 +142,28 @@ func FuzzWordsMatchesReference(f *testing.F) {
 		}
 	})
 }
+
+// Words drops apostrophes, so every contraction must be a stop word as Words spells it,
+// except the spellings that are words of their own.
+func TestContractionsAreStopWordsAsWordsSpellsThem(t *testing.T) {
+	for _, tc := range []struct {
+		question string
+		want     []string
+	}{
+		{"Isn't the token rotated?", []string{"token", "rotated"}},
+		{"who's on call and what's the pager", []string{"call", "pager"}},
+		{"why doesn't the deploy roll back", []string{"deploy", "roll", "back"}},
+		{"we'll see the shell", []string{"well", "see", "shell"}},
+		{"it\u2019s the id", []string{"id"}},
+	} {
+		var got []string
+		for _, w := range Words(tc.question) {
+			if !IsStopWord(w) {
+				got = append(got, w)
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("content words of %q = %q, want %q", tc.question, got, tc.want)
+		}
+	}
+}

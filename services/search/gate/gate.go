@@ -490,9 +490,8 @@ func (c Config) uncoveredSubject(in OODInput, top []rank.Result, literal func(st
 	return true
 }
 
-// stopWord reports whether a question word carries no meaning: a stop word, also when
-// text.Words dropped its apostrophe (lexicon.Contraction).
-func stopWord(w string) bool { return text.IsStopWord(w) || lexicon.Contraction(w) }
+// stopWord reports whether a question word carries no meaning.
+func stopWord(w string) bool { return text.IsStopWord(w) }
 
 // contentWords counts the words of a question that carry meaning.
 func contentWords(terms []string, literal func(string) bool) int {

@@ -261,23 +261,3 @@ func Literals(query string) map[string]bool {
 	}
 	return out
 }
-
-// contractions are contractions as text.Words spells them, apostrophe dropped ("isn't" is
-// "isnt"). text's stop-word list holds most of them only with the apostrophe, so "isnt"
-// and "whos" reached the out-of-domain rules as names the KB never uses ("what alert
-// fires if the kid isn't published"). Left out are the ones that spell a frequent word
-// ("well", "shell", "hell", "ill", "id", "wed", "lets", "its"); "cant" and "wont" stay, a
-// question means can't and won't by them.
-var contractions = map[string]bool{
-	"isnt": true, "arent": true, "wasnt": true, "werent": true, "hasnt": true, "havent": true,
-	"hadnt": true, "doesnt": true, "dont": true, "didnt": true, "wont": true, "wouldnt": true,
-	"shant": true, "shouldnt": true, "cant": true, "couldnt": true, "mustnt": true,
-	"whos": true, "whats": true, "wheres": true, "whens": true, "whys": true, "hows": true,
-	"heres": true, "theres": true, "thats": true, "youre": true, "theyre": true, "ive": true,
-	"youve": true, "weve": true, "theyve": true, "youd": true, "theyd": true, "youll": true,
-	"theyll": true, "hes": true, "shes": true, "im": true,
-}
-
-// Contraction reports whether a word of text.Words is a contraction (see contractions):
-// a stop word that text.IsStopWord misses.
-func Contraction(word string) bool { return contractions[word] }

@@ -161,17 +161,3 @@ func TestLiterals(t *testing.T) {
 		})
 	}
 }
-
-func TestContraction(t *testing.T) {
-	for _, w := range []string{"isnt", "whos", "doesnt", "cant", "theyre"} {
-		if !Contraction(w) {
-			t.Errorf("Contraction(%q) = false: text.Words spells %q without its apostrophe", w, w)
-		}
-	}
-	// Words a contraction spells that questions use as words.
-	for _, w := range []string{"well", "shell", "ill", "id", "lets", "its", "kid"} {
-		if Contraction(w) {
-			t.Errorf("Contraction(%q) = true, want false", w)
-		}
-	}
-}

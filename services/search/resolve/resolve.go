@@ -133,8 +133,7 @@ func (r *Resolver) parse(k *kb.KB, q, scope string) (query, error) {
 	words := text.Words(q)
 	terms := make([]string, 0, len(words))
 	for _, w := range words {
-		// A contraction without its apostrophe ("isnt") is a stop word text's list misses.
-		if !text.IsStopWord(w) && !lexicon.Contraction(w) {
+		if !text.IsStopWord(w) {
 			terms = append(terms, w)
 		}
 	}
