@@ -41,7 +41,12 @@ func TestDirectGate(t *testing.T) {
 		{"T2 fails when the top is below 0.85 even with a big lead", []float64{0.80, 0.70}, false, "top 0.80 < 0.85", 0.80, 0.70},
 		{"T2 fails with no result at 0.7", []float64{0.6, 0.5}, false, "no result with relevance >= 0.70 (top 0.60)", 0.6, 0},
 		{"T2 fails with no results", nil, false, "no result with relevance", 0, 0},
-		{"T2 judges relevance, not the compound order", []float64{0.75, 0.95}, true, "top 0.95 >= 0.93", 0.95, 0.75},
+		{"T2 fails when the first result is not the top relevance (DirectLead)", []float64{0.75, 0.95}, false,
+			"first result r0.md has relevance 0.75 < top 0.95", 0.95, 0.75},
+		{"T2 fails when a result below 0.7 leads a lone candidate (DirectLead)", []float64{0.69, 0.89}, false,
+			"first result r0.md has relevance 0.69 < top 0.89", 0.89, 0},
+		{"T2 passes when the first result ties the top relevance", []float64{0.95, 0.95}, true, "top 0.95 >= 0.93", 0.95, 0.95},
+		{"T2 passes when a weaker result follows the top (DirectLead)", []float64{0.95, 0.75}, true, "top 0.95 >= 0.93", 0.95, 0.75},
 	}
 	cfg := DefaultConfig()
 	for _, tc := range tests {
@@ -53,6 +58,54 @@ func TestDirectGate(t *testing.T) {
 			}
 			if (d.Route == Direct) != tc.pass {
 				t.Fatalf("Route %v with pass %v", d.Route, d.Pass)
+			}
+		})
+	}
+}
+
+// TestDirectLeadOff checks that without DirectLead the gate judges relevance, not the
+// compound order.
+func TestDirectLeadOff(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.DirectLead = false
+	d := cfg.Direct(results(0.75, 0.95))
+	if !d.Pass || !strings.Contains(d.Reason, "top 0.95 >= 0.93") {
+		t.Fatalf("Direct = %+v, want a pass on top 0.95", d)
+	}
+}
+
+// TestDirectMinStrength checks that a direct answer needs the top-relevance result to
+// match with at least DirectMinStrength, and that the rule is off at 0.
+func TestDirectMinStrength(t *testing.T) {
+	withStrength := func(rel []float64, str []float64) []rank.Result {
+		rs := results(rel...)
+		for i := range rs {
+			rs[i].Strength = str[i]
+		}
+		return rs
+	}
+	tests := []struct {
+		name   string
+		min    float64
+		rel    []float64
+		str    []float64
+		pass   bool
+		reason string
+	}{
+		{"a lone weak match of common words is no direct answer", 0.01, []float64{0.92}, []float64{0.003}, false, "top strength 0.003 < 0.010"},
+		{"a lone dense match stays direct", 0.01, []float64{0.92}, []float64{0.2}, true, "single result"},
+		{"a match of exactly the minimum stays direct", 0.01, []float64{0.92}, []float64{0.01}, true, "single result"},
+		{"a weak runner-up does not block a dense top", 0.01, []float64{0.95, 0.75}, []float64{0.3, 0.001}, true, "top 0.95 >= 0.93"},
+		{"a weak top fails even with a dense runner-up", 0.01, []float64{0.97, 0.75}, []float64{0.005, 0.4}, false, "top strength 0.005"},
+		{"0 turns the rule off", 0, []float64{0.92}, []float64{0}, true, "single result"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.DirectMinStrength = tc.min
+			d := cfg.Direct(withStrength(tc.rel, tc.str))
+			if d.Pass != tc.pass || !strings.Contains(d.Reason, tc.reason) {
+				t.Fatalf("Direct = %+v, want pass %v, reason containing %q", d, tc.pass, tc.reason)
 			}
 		})
 	}
@@ -280,6 +333,7 @@ func TestConfig(t *testing.T) {
 		{"gate-ood-unfamiliar-share", "-0.1"},
 		{"gate-ood-rare-name-share", "1.1"},
 		{"gate-ood-subject-coverage", "-0.5"},
+		{"gate-direct-min-strength", "-0.01"},
 	}
 	for _, tc := range bad {
 		t.Run(tc.flag, func(t *testing.T) {

@@ -176,6 +176,64 @@ func TestCalibration(t *testing.T) {
 	}
 }
 
+// TestCrowdSize checks that with CrowdSize K the evidence of results 2..K divides every
+// relevance, and that 2 is the SPEC formula.
+func TestCrowdSize(t *testing.T) {
+	tests := []struct {
+		name   string
+		size   int
+		scores []float64
+		want   []float64
+	}{
+		{"size 2 counts the runner-up only", 2, []float64{10, 2, 2}, []float64{10 / 10.3, 2 / 10.3, 2 / 10.3}},
+		{"size 3 counts the next two", 3, []float64{10, 2, 2}, []float64{10 / 10.6, 2 / 10.6, 2 / 10.6}},
+		{"a crowd of equal matches lowers the top", 4, []float64{4, 4, 4, 4}, []float64{1 / 1.45, 1 / 1.45, 1 / 1.45, 1 / 1.45}},
+		{"a lone clear match stays at 1 whatever the size", 10, []float64{7}, []float64{1}},
+		{"size 1 counts no runner-up", 1, []float64{4, 4}, []float64{1, 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.CrowdSize = tc.size
+			cfg.GapRatio = 0
+			var cands []Candidate
+			for i, s := range tc.scores {
+				cands = append(cands, Candidate{Doc: doc(string(rune('a'+i)) + ".md"), EngineScore: s})
+			}
+			got := byPath(cfg.Rank(now, nil, []string{"x"}, cands, signals(tree.Validated), noSummaries))
+			for i, w := range tc.want {
+				p := string(rune('a'+i)) + ".md"
+				if !near(got[p].Relevance, w) {
+					t.Errorf("R(%s) = %g, want %g", p, got[p].Relevance, w)
+				}
+			}
+		})
+	}
+}
+
+// TestStrength checks that Strength is the engine score over the summed idf of the
+// query's distinct stems, and 0 without a corpus.
+func TestStrength(t *testing.T) {
+	docs := []*tree.Document{doc("a.md"), doc("b.md"), doc("c.md")}
+	docs[0].Content = "alpha beta"
+	docs[1].Content = "alpha"
+	docs[2].Content = "gamma"
+	corpus := NewCorpus(docs)
+	stems := []string{"alpha", "beta", "alpha"}
+	idf := corpus.IDF("alpha") + corpus.IDF("beta")
+	cfg := DefaultConfig()
+	cfg.GapRatio, cfg.RelevanceFloor = 0, 0
+	cands := []Candidate{{Doc: docs[0], EngineScore: 3}, {Doc: docs[1], EngineScore: 1}}
+	got := byPath(cfg.Rank(now, corpus, stems, cands, signals(tree.Validated), noSummaries))
+	if !near(got["a.md"].Strength, 3/idf) || !near(got["b.md"].Strength, 1/idf) {
+		t.Fatalf("strength a %g b %g, want %g and %g", got["a.md"].Strength, got["b.md"].Strength, 3/idf, 1/idf)
+	}
+	got = byPath(cfg.Rank(now, nil, stems, cands, signals(tree.Validated), noSummaries))
+	if got["a.md"].Strength != 0 {
+		t.Fatalf("strength without a corpus %g, want 0", got["a.md"].Strength)
+	}
+}
+
 func TestCoverageScalesRelevance(t *testing.T) {
 	docs := []*tree.Document{
 		{Path: "jwt.md", Title: "Token rotation", Content: "Rotate refresh tokens.", Updated: now},
@@ -435,6 +493,7 @@ func TestGapFilter(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.GapRatio = tc.ratio
+			cfg.GapKeepShare = 0 // the score gap alone; rivals are TestGapFilter's last cases
 			// Only relevance counts, so scores are proportional to engine scores.
 			cfg.ImportanceWeight, cfg.RecencyWeight = 0, 0
 			var cands []Candidate
@@ -451,6 +510,31 @@ func TestGapFilter(t *testing.T) {
 			}
 		})
 	}
+	t.Run("GapKeepShare keeps a rival relevance that importance pushed under the gap", func(t *testing.T) {
+		cfg := DefaultConfig()
+		// a.md is popular and slightly more relevant; b.md's score falls under 0.7 × a's.
+		pop := func(d *tree.Document) Signal {
+			if d.Path == "a.md" {
+				return Signal{Importance: 100, Maturity: tree.Core}
+			}
+			return Signal{Importance: 0, Maturity: tree.Draft}
+		}
+		cands := []Candidate{{Doc: doc("a.md"), EngineScore: 10}, {Doc: doc("b.md"), EngineScore: 9}, {Doc: doc("c.md"), EngineScore: 2}}
+		for _, tc := range []struct {
+			share float64
+			want  []string
+		}{{0, []string{"a.md"}}, {0.8, []string{"a.md", "b.md"}}} {
+			cfg.GapKeepShare = tc.share
+			cfg.RecencyWeight = 0
+			var got []string
+			for _, r := range cfg.Rank(now, nil, []string{"x"}, cands, pop, noSummaries) {
+				got = append(got, r.Doc.Path)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("GapKeepShare %g kept %v, want %v", tc.share, got, tc.want)
+			}
+		}
+	})
 	t.Run("a propagated summary far below the top is dropped", func(t *testing.T) {
 		idx := doc("a/b/_index.md")
 		top := doc("a/b/c/top.md")
@@ -487,6 +571,8 @@ func TestConfig(t *testing.T) {
 		{"rank-recency-days", "0"},
 		{"rank-boost-draft", "0"},
 		{"rank-crowding", "-1"},
+		{"rank-crowd-size", "0"},
+		{"rank-gap-keep-share", "1.2"},
 		{"rank-relevance-weight", "-0.6"},
 	}
 	for _, tc := range tests {
