@@ -637,10 +637,9 @@ type GateTrace struct {
 	OutOfDomainRule string `protobuf:"bytes,9,opt,name=out_of_domain_rule,json=outOfDomainRule,proto3" json:"out_of_domain_rule,omitempty"`
 	// Why the T2 gate passed or failed, in words for people.
 	DirectDecision string `protobuf:"bytes,10,opt,name=direct_decision,json=directDecision,proto3" json:"direct_decision,omitempty"`
-	// Thresholds in force, by name, currently "direct_min" (0.85 by default), "direct_high",
-	// "direct_gap", "prefetch_min", "direct_max_docs", "ood_min_files",
-	// "ood_min_relevance", "ood_all_terms_max", "ood_term_min_len", "ood_top_k". Counts
-	// are given as whole numbers.
+	// Thresholds in force, by name: the search service's -gate-* flags without the prefix
+	// and with underscores, such as "direct_min" (0.85 by default), "direct_gap",
+	// "ood_min_relevance" or "ood_term_min_len". Counts are whole numbers, switches 0 or 1.
 	Thresholds map[string]float64 `protobuf:"bytes,11,rep,name=thresholds,proto3" json:"thresholds,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
 	// Every ranked result with its score inputs.
 	Results       []*ScoredResult `protobuf:"bytes,12,rep,name=results,proto3" json:"results,omitempty"`

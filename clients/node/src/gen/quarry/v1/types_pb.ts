@@ -396,10 +396,9 @@ export type GateTrace = Message<"quarry.v1.GateTrace"> & {
   directDecision: string;
 
   /**
-   * Thresholds in force, by name, currently "direct_min" (0.85 by default), "direct_high",
-   * "direct_gap", "prefetch_min", "direct_max_docs", "ood_min_files",
-   * "ood_min_relevance", "ood_all_terms_max", "ood_term_min_len", "ood_top_k". Counts
-   * are given as whole numbers.
+   * Thresholds in force, by name: the search service's -gate-* flags without the prefix
+   * and with underscores, such as "direct_min" (0.85 by default), "direct_gap",
+   * "ood_min_relevance" or "ood_term_min_len". Counts are whole numbers, switches 0 or 1.
    *
    * @generated from field: map<string, double> thresholds = 11;
    */
