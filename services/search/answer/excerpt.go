@@ -1,6 +1,7 @@
 package answer
 
 import (
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -19,6 +20,53 @@ func Excerpt(content string, terms []string, size int) string {
 // Excerpt is the package Excerpt with the configured chunk size and overlap.
 func (c Config) Excerpt(content string, terms []string) string {
 	return excerpt(content, terms, c.ExcerptChars, c.ExcerptOverlap)
+}
+
+// ExcerptAround returns the chunk of content (one of the chunks Excerpt cuts) that best
+// covers a passage a search engine picked (engine.Hit.Passage: the passage's words as the
+// engine indexed them, Snowball stems of the words that are not stop words), and false
+// when content does not hold the passage (the file changed after it was indexed): the
+// caller then picks the chunk itself with Excerpt.
+func (c Config) ExcerptAround(content, passage string) (string, bool) {
+	return excerptAround(content, passage, c.ExcerptChars, c.ExcerptOverlap)
+}
+
+func excerptAround(content, passage string, size, overlap int) (string, bool) {
+	content = strings.TrimSpace(content)
+	want := strings.Fields(passage)
+	if size <= 0 || content == "" || len(want) == 0 {
+		return "", false
+	}
+	// The content's words as an engine indexes them, each with where it is.
+	var indexed []word
+	var stems []string
+	for _, w := range words(content) {
+		if !text.IsStopWord(w.word) {
+			indexed = append(indexed, w)
+			stems = append(stems, text.Stem(w.word))
+		}
+	}
+	at := -1
+	for i := 0; i+len(want) <= len(stems); i++ {
+		if slices.Equal(stems[i:i+len(want)], want) {
+			at = i
+			break
+		}
+	}
+	if at < 0 {
+		return "", false
+	}
+	if utf8.RuneCountInString(content) <= size {
+		return content, true
+	}
+	p := span{indexed[at].start, indexed[at+len(want)-1].end}
+	best, bestCover := span{}, -1
+	for _, c := range chunks(content, size, overlap) {
+		if cover := min(c.end, p.end) - max(c.start, p.start); cover > bestCover {
+			best, bestCover = c, cover
+		}
+	}
+	return strings.TrimSpace(content[best.start:best.end]), true
 }
 
 type span struct{ start, end int } // byte offsets
@@ -133,18 +181,18 @@ func lastSpace(s string) int {
 }
 
 type word struct {
-	word  string
-	start int
+	word       string
+	start, end int // byte offsets in the text
 }
 
-// words splits s like text.Words and keeps each word's byte offset.
+// words splits s like text.Words and keeps each word's byte offsets.
 func words(s string) []word {
 	var out []word
 	var b strings.Builder
-	start := -1
+	start, end := -1, -1
 	flush := func() {
 		if b.Len() > 0 {
-			out = append(out, word{b.String(), start})
+			out = append(out, word{b.String(), start, end})
 			b.Reset()
 		}
 		start = -1
@@ -155,6 +203,7 @@ func words(s string) []word {
 			if start < 0 {
 				start = i
 			}
+			end = i + utf8.RuneLen(r)
 			b.WriteRune(unicode.ToLower(r))
 		case (r == '\'' || r == '’') && b.Len() > 0:
 		default:

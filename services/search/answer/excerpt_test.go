@@ -118,3 +118,43 @@ func TestConfigExcerptUsesOverlap(t *testing.T) {
 		t.Fatalf("Config.Excerpt = %q", got)
 	}
 }
+
+func TestExcerptAroundFindsTheEnginesPassage(t *testing.T) {
+	// The terms occur early too, so only the passage says which chunk the engine chose.
+	early := "Rotate the refresh token at login. " + filler(200)
+	middle := "The signing key rotates every ninety days; publish it first. " + filler(120)
+	doc := early + " " + middle + " " + filler(100)
+	tests := []struct {
+		name     string
+		content  string
+		passage  string
+		found    bool
+		contains string // must be in the excerpt
+		absent   string // must not be in the excerpt
+	}{
+		{"the chunk holding the passage", doc, "sign key rotat everi nineti day", true,
+			"The signing key rotates every ninety days", "Rotate the refresh token"},
+		{"a passage of one word", doc, "nineti", true, "ninety days", "at login"},
+		{"a passage the file no longer holds", doc, "sign key rotat everi thirti day", false, "", ""},
+		{"an empty passage", doc, "", false, "", ""},
+		{"a short content is returned whole", "Rotate the key. Then publish it.", "publish", true,
+			"Rotate the key. Then publish it.", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := excerptAround(tc.content, tc.passage, 800, 200)
+			if ok != tc.found {
+				t.Fatalf("found = %v, want %v (excerpt %q)", ok, tc.found, got)
+			}
+			if !strings.Contains(got, tc.contains) {
+				t.Errorf("excerpt %q lacks %q", got, tc.contains)
+			}
+			if tc.absent != "" && strings.Contains(got, tc.absent) {
+				t.Errorf("excerpt %q holds %q", got, tc.absent)
+			}
+			if n := utf8.RuneCountInString(got); n > 800 {
+				t.Errorf("excerpt of %d characters, want at most 800", n)
+			}
+		})
+	}
+}

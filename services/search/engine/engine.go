@@ -32,6 +32,9 @@ type Query struct {
 	AllTerms bool
 	// Limit caps the number of hits (<= 0 means the backend's default).
 	Limit int
+	// Passage asks the engine for each hit's best-matching passage, at most this many
+	// words (0: none). Engines that do not pick passages ignore it.
+	Passage int
 }
 
 // Hit is one matching document.
@@ -40,6 +43,11 @@ type Hit struct {
 	// Score is the engine's relevance, higher is better (BM25 for Bleve). Scores compare only
 	// within one query.
 	Score float64
+	// Passage is the engine's pick of the document's best-matching passage when the query
+	// asked for one, in the words the engine indexed (Meilisearch's crop of the content's
+	// stems, stop words removed); "" when the engine picks none (Bleve stores no text).
+	// answer.Config.ExcerptAround finds it in the file's own text.
+	Passage string
 }
 
 // Backend is what the query path needs from a search engine.

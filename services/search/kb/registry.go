@@ -139,6 +139,11 @@ type Registry struct {
 	open map[string]*openIndex
 	// retiring holds replaced snapshots until their index is released.
 	retiring map[*KB]*time.Timer
+	// repairs holds the knowledge bases whose index may not match their folder: a write
+	// failed, undoing it in the index failed too (the engine was unreachable), and so did
+	// the rebuild after it. Each one's timer retries the rebuild; the next write to it
+	// tries first. Guarded by loadMu.
+	repairs map[string]*time.Timer
 
 	mu   sync.RWMutex
 	kbs  map[string]*KB
@@ -162,7 +167,7 @@ type openIndex struct {
 // NewRegistry returns an empty registry.
 func NewRegistry(cfg Config, log *slog.Logger) *Registry {
 	return &Registry{cfg: cfg, log: log, kbs: map[string]*KB{}, subs: map[chan []State]struct{}{},
-		open: map[string]*openIndex{}, retiring: map[*KB]*time.Timer{}}
+		open: map[string]*openIndex{}, retiring: map[*KB]*time.Timer{}, repairs: map[string]*time.Timer{}}
 }
 
 // Get returns the current snapshot of a knowledge base.
@@ -268,21 +273,18 @@ func (r *Registry) loadLocked(ctx context.Context, id, dir string) (*KB, error) 
 	r.kbs[id] = k
 	r.notifyLocked([]State{k.state()})
 	r.mu.Unlock()
+	if t := r.repairs[id]; t != nil {
+		// Indexed from the folder: whatever a failed write left in the index is gone.
+		t.Stop()
+		delete(r.repairs, id)
+		r.log.Info("index repaired after a failed write", "kb", id)
+	}
 	if r.watcher != nil && (prev == nil || prev.Tree.Root != t.Root) {
 		r.watcher.add(id, t.Root, r)
 	}
 
 	if prev != nil {
-		// Queries that started on the old snapshot may still be searching it; every
-		// query has a deadline far shorter than this.
-		r.retiring[prev] = time.AfterFunc(retireAfter, func() {
-			r.loadMu.Lock()
-			defer r.loadMu.Unlock()
-			if _, ok := r.retiring[prev]; ok {
-				delete(r.retiring, prev)
-				r.releaseLocked(prev)
-			}
-		})
+		r.retireLocked(prev)
 	}
 	if ecfg.Dir != "" {
 		r.removeStaleLocked(id)
@@ -292,10 +294,52 @@ func (r *Registry) loadLocked(ctx context.Context, id, dir string) (*KB, error) 
 	return k, nil
 }
 
+// retireLocked releases a replaced snapshot's index after retireAfter: queries that
+// started on it may still be searching it, and every query has a deadline far shorter
+// than that. The caller holds loadMu.
+func (r *Registry) retireLocked(prev *KB) {
+	r.retiring[prev] = time.AfterFunc(retireAfter, func() {
+		r.loadMu.Lock()
+		defer r.loadMu.Unlock()
+		if _, ok := r.retiring[prev]; ok {
+			delete(r.retiring, prev)
+			r.releaseLocked(prev)
+		}
+	})
+}
+
+// repairLocked schedules a rebuild of a knowledge base's index from its folder, retried
+// with backoff (1 s, doubling, at most a minute) until it succeeds, a load replaces the
+// snapshot, or the registry closes. The caller holds loadMu.
+func (r *Registry) repairLocked(id, root string, attempt int) {
+	if t := r.repairs[id]; t != nil {
+		t.Stop()
+	}
+	var t *time.Timer
+	t = time.AfterFunc(min(time.Second<<min(attempt, 6), time.Minute), func() {
+		r.loadMu.Lock()
+		defer r.loadMu.Unlock()
+		if r.repairs[id] != t {
+			return // done by a load meanwhile, rescheduled, or the registry closed
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Write.Timeout)
+		defer cancel()
+		if _, err := r.loadLocked(ctx, id, root); err != nil {
+			r.log.Warn("repair the index after a failed write", "kb", id, "attempt", attempt+1, "err", err)
+			r.repairLocked(id, root, attempt+1)
+		}
+	})
+	r.repairs[id] = t
+}
+
 // Close releases every index, including those of replaced snapshots.
 func (r *Registry) Close() {
 	r.loadMu.Lock()
 	defer r.loadMu.Unlock()
+	for id, t := range r.repairs {
+		t.Stop()
+		delete(r.repairs, id)
+	}
 	// Replaced snapshots first: a persisted index they share with a current snapshot is
 	// then closed as the current one's, and kept on disk.
 	for k, t := range r.retiring {

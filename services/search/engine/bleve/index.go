@@ -16,7 +16,6 @@ import (
 	"unicode/utf8"
 
 	blevesearch "github.com/blevesearch/bleve/v2"
-	"github.com/blevesearch/bleve/v2/analysis/analyzer/custom"
 	"github.com/blevesearch/bleve/v2/analysis/lang/en"
 	"github.com/blevesearch/bleve/v2/analysis/token/lowercase"
 	"github.com/blevesearch/bleve/v2/analysis/token/stop"
@@ -304,8 +303,10 @@ func newMapping() (*mapping.IndexMappingImpl, error) {
 	}); err != nil {
 		return nil, err
 	}
+	// Bleve's custom analyzer run through the indexing lane (lane.go), so indexing leaves
+	// a core to searches.
 	if err := m.AddCustomAnalyzer(analyzerName, map[string]any{
-		"type":          custom.Name,
+		"type":          laneAnalyzer,
 		"tokenizer":     whitespace.Name,
 		"token_filters": []any{lowercase.Name, stopListName, en.SnowballStemmerName},
 	}); err != nil {
@@ -364,6 +365,7 @@ func (ix *Index) Close() error {
 // prefix and a typo match in title and content at low boosts; terms are AND-ed when
 // q.AllTerms, else OR-ed; the scope is a non-scoring filter so it leaves BM25 untouched.
 func (ix *Index) Search(ctx context.Context, q engine.Query) ([]engine.Hit, error) {
+	engine.NoteSearch()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("bleve search: %w", err)
 	}

@@ -25,6 +25,15 @@ type Config struct {
 	TaskTimeout time.Duration
 	// BatchSize is the number of documents sent per add request.
 	BatchSize int
+	// Retries is how many times a request that changes or sets up an index (add and
+	// delete documents, settings, the wait for a task) is sent again when the server
+	// could not be reached or answered 429, 502, 503 or 504. Those requests are
+	// idempotent: a document sent twice is stored once. Searches are never retried:
+	// queries have short deadlines, and the gateway degrades when search fails.
+	Retries int
+	// RetryBackoff is the wait before the first retry; each retry waits twice as long
+	// as the one before, at most maxBackoff.
+	RetryBackoff time.Duration
 	// OneTypo and TwoTypos are the shortest words (in characters) matched with one and
 	// two typos. The embedded engine allows one typo from 5 characters and never two, and
 	// only for words the index lacks; words it has are searched as exact phrases here too.
@@ -41,6 +50,8 @@ func DefaultConfig() Config {
 		TaskPoll:     10 * time.Millisecond,
 		TaskTimeout:  2 * time.Minute,
 		BatchSize:    1000,
+		Retries:      4,
+		RetryBackoff: 200 * time.Millisecond,
 		OneTypo:      5,
 		TwoTypos:     255,
 		DefaultLimit: 50,
@@ -56,6 +67,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.TaskPoll, "meili-task-poll", d.TaskPoll, "how often a write polls its Meilisearch task")
 	fs.DurationVar(&c.TaskTimeout, "meili-task-timeout", d.TaskTimeout, "longest wait for one Meilisearch task before the write fails")
 	fs.IntVar(&c.BatchSize, "meili-batch-size", d.BatchSize, "documents per Meilisearch add request")
+	fs.IntVar(&c.Retries, "meili-retries", d.Retries, "times a write request is retried when Meilisearch is unreachable or answers 429/502/503/504")
+	fs.DurationVar(&c.RetryBackoff, "meili-retry-backoff", d.RetryBackoff, "wait before the first retry of a write request (doubling after each retry)")
 	fs.IntVar(&c.OneTypo, "meili-one-typo", d.OneTypo, "shortest word (characters) matched with one typo")
 	fs.IntVar(&c.TwoTypos, "meili-two-typos", d.TwoTypos, "shortest word (characters) matched with two typos (255: never)")
 	fs.IntVar(&c.DefaultLimit, "meili-default-limit", d.DefaultLimit, "hits returned when a query sets no limit")
@@ -82,6 +95,12 @@ func (c Config) Validate() error {
 	}
 	if c.BatchSize < 1 {
 		errs = append(errs, fmt.Errorf("-meili-batch-size must be >= 1, got %d", c.BatchSize))
+	}
+	if c.Retries < 0 {
+		errs = append(errs, fmt.Errorf("-meili-retries must be >= 0, got %d", c.Retries))
+	}
+	if c.Retries > 0 && c.RetryBackoff <= 0 {
+		errs = append(errs, fmt.Errorf("-meili-retry-backoff must be positive, got %v", c.RetryBackoff))
 	}
 	// Meilisearch stores both as one byte and wants oneTypo <= twoTypos.
 	if c.OneTypo < 0 || c.OneTypo > 255 || c.TwoTypos < c.OneTypo || c.TwoTypos > 255 {

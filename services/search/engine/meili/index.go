@@ -25,10 +25,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/meilisearch/meilisearch-go"
 
@@ -56,6 +58,7 @@ const (
 	fieldSummary  = "summary"
 	fieldHash     = "hash"
 	rankingScore  = "_rankingScore"
+	formatted     = "_formatted"
 )
 
 // document is one knowledge file as the index holds it: analysed text, filters, and the
@@ -103,7 +106,10 @@ func Open(ctx context.Context, cfg Config, kbID string, docs []engine.Doc) (*Ind
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("meilisearch config: %w", err)
 	}
-	client := meilisearch.New(cfg.URL, meilisearch.WithAPIKey(cfg.Key))
+	// The library's own retries (1 s, 2 s, 3 s on 502/503/504, for every request) are off:
+	// writes retry with Config.Retries, which also covers an unreachable server, and
+	// searches fail fast.
+	client := meilisearch.New(cfg.URL, meilisearch.WithAPIKey(cfg.Key), meilisearch.DisableRetries())
 	ix := &Index{client: client, uid: cfg.IndexUID(kbID), cfg: cfg, vocab: map[string]int{}}
 	ix.index = client.Index(ix.uid)
 	if err := ix.open(ctx, docs); err != nil {
@@ -115,6 +121,11 @@ func Open(ctx context.Context, cfg Config, kbID string, docs []engine.Doc) (*Ind
 
 func (ix *Index) open(ctx context.Context, docs []engine.Doc) error {
 	if err := ix.ensureIndex(ctx); err != nil {
+		return err
+	}
+	// A write whose task could not be followed to its end may still be applied: the
+	// documents are compared once it has.
+	if err := ix.finishUnsettled(ctx); err != nil {
 		return err
 	}
 	if err := ix.ensureSettings(ctx); err != nil {
@@ -159,14 +170,21 @@ func (ix *Index) open(ctx context.Context, docs []engine.Doc) error {
 
 // ensureIndex creates the index unless it exists.
 func (ix *Index) ensureIndex(ctx context.Context) error {
-	_, err := ix.client.GetIndexWithContext(ctx, ix.uid)
+	err := ix.retry(ctx, func() error {
+		_, err := ix.client.GetIndexWithContext(ctx, ix.uid)
+		return err
+	})
 	if err == nil {
 		return nil
 	}
 	if apiCode(err) != "index_not_found" {
 		return fmt.Errorf("meilisearch index %s: %w", ix.uid, err)
 	}
-	info, err := ix.client.CreateIndexWithContext(ctx, &meilisearch.IndexConfig{Uid: ix.uid, PrimaryKey: fieldID})
+	var info *meilisearch.TaskInfo
+	err = ix.retry(ctx, func() (err error) {
+		info, err = ix.client.CreateIndexWithContext(ctx, &meilisearch.IndexConfig{Uid: ix.uid, PrimaryKey: fieldID})
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("meilisearch create index %s: %w", ix.uid, err)
 	}
@@ -187,7 +205,9 @@ func (ix *Index) settings() *meilisearch.Settings {
 	return &meilisearch.Settings{
 		RankingRules:         []string{"words", "typo", "proximity", "attribute", "sort", "exactness"},
 		SearchableAttributes: []string{fieldTitle, fieldPathText, fieldContent},
-		DisplayedAttributes:  []string{fieldID, fieldPath, fieldHash},
+		// The content is displayed only so that a search can crop it (a passage); hits
+		// retrieve the path alone.
+		DisplayedAttributes:  []string{fieldID, fieldPath, fieldHash, fieldContent},
 		FilterableAttributes: []string{fieldArchived, fieldDomain, fieldFolders, fieldSummary},
 		TypoTolerance: &meilisearch.TypoTolerance{
 			Enabled:             true,
@@ -203,7 +223,11 @@ func (ix *Index) settings() *meilisearch.Settings {
 // change makes Meilisearch re-index, so a restart must not send them again.
 func (ix *Index) ensureSettings(ctx context.Context) error {
 	want := ix.settings()
-	have, err := ix.index.GetSettingsWithContext(ctx)
+	var have *meilisearch.Settings
+	err := ix.retry(ctx, func() (err error) {
+		have, err = ix.index.GetSettingsWithContext(ctx)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("meilisearch settings %s: %w", ix.uid, err)
 	}
@@ -223,7 +247,11 @@ func (ix *Index) ensureSettings(ctx context.Context) error {
 	}
 	if len(have.StopWords) > 0 {
 		// An empty list is omitted from a settings update; only a reset clears it.
-		info, err := ix.index.ResetStopWordsWithContext(ctx)
+		var info *meilisearch.TaskInfo
+		err := ix.retry(ctx, func() (err error) {
+			info, err = ix.index.ResetStopWordsWithContext(ctx)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("meilisearch reset stop words %s: %w", ix.uid, err)
 		}
@@ -242,7 +270,11 @@ func (ix *Index) ensureSettings(ctx context.Context) error {
 	if !changed {
 		return nil
 	}
-	info, err := ix.index.UpdateSettingsWithContext(ctx, diff)
+	var info *meilisearch.TaskInfo
+	err = ix.retry(ctx, func() (err error) {
+		info, err = ix.index.UpdateSettingsWithContext(ctx, diff)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("meilisearch update settings %s: %w", ix.uid, err)
 	}
@@ -255,7 +287,10 @@ func (ix *Index) storedHashes(ctx context.Context) (map[string]string, error) {
 	const page = 1000
 	for offset := int64(0); ; offset += page {
 		var res meilisearch.DocumentsResult
-		err := ix.index.GetDocumentsWithContext(ctx, &meilisearch.DocumentsQuery{Fields: []string{fieldID, fieldHash}, Limit: page, Offset: offset}, &res)
+		err := ix.retry(ctx, func() error {
+			res = meilisearch.DocumentsResult{}
+			return ix.index.GetDocumentsWithContext(ctx, &meilisearch.DocumentsQuery{Fields: []string{fieldID, fieldHash}, Limit: page, Offset: offset}, &res)
+		})
 		if err != nil {
 			return nil, fmt.Errorf("meilisearch list documents %s: %w", ix.uid, err)
 		}
@@ -278,7 +313,11 @@ func (ix *Index) write(ctx context.Context, docs []document, deletes []string) e
 	for start := 0; start < len(docs); start += ix.cfg.BatchSize {
 		batch := docs[start:min(start+ix.cfg.BatchSize, len(docs))]
 		pk := fieldID
-		info, err := ix.index.AddDocumentsWithContext(ctx, batch, &meilisearch.DocumentOptions{PrimaryKey: &pk})
+		var info *meilisearch.TaskInfo
+		err := ix.retry(ctx, func() (err error) {
+			info, err = ix.index.AddDocumentsWithContext(ctx, batch, &meilisearch.DocumentOptions{PrimaryKey: &pk})
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("meilisearch add documents %s: %w", ix.uid, err)
 		}
@@ -287,7 +326,11 @@ func (ix *Index) write(ctx context.Context, docs []document, deletes []string) e
 		}
 	}
 	if len(deletes) > 0 {
-		info, err := ix.index.DeleteDocumentsWithContext(ctx, deletes, nil)
+		var info *meilisearch.TaskInfo
+		err := ix.retry(ctx, func() (err error) {
+			info, err = ix.index.DeleteDocumentsWithContext(ctx, deletes, nil)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("meilisearch delete documents %s: %w", ix.uid, err)
 		}
@@ -303,8 +346,15 @@ func (ix *Index) write(ctx context.Context, docs []document, deletes []string) e
 func (ix *Index) wait(ctx context.Context, info *meilisearch.TaskInfo, what string) error {
 	ctx, cancel := context.WithTimeout(ctx, ix.cfg.TaskTimeout)
 	defer cancel()
-	task, err := ix.client.WaitForTaskWithContext(ctx, info.TaskUID, ix.cfg.TaskPoll)
+	var task *meilisearch.Task
+	err := ix.retry(ctx, func() (err error) {
+		task, err = ix.client.WaitForTaskWithContext(ctx, info.TaskUID, ix.cfg.TaskPoll)
+		return err
+	})
 	if err != nil {
+		// Meilisearch has the task and may still apply it: the next Open of this index
+		// waits for it before comparing documents.
+		unsettled.add(ix.uid, info.TaskUID)
 		return fmt.Errorf("meilisearch %s %s: task %d: %w", what, ix.uid, info.TaskUID, err)
 	}
 	if task.Status != meilisearch.TaskStatusSucceeded {
@@ -397,6 +447,7 @@ type plan struct {
 // SearchMany runs queries in one HTTP request (one /multi-search, or one /search when a
 // single request suffices).
 func (ix *Index) SearchMany(ctx context.Context, qs []engine.Query) ([][]engine.Hit, error) {
+	engine.NoteSearch()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("meilisearch search: %w", err)
 	}
@@ -417,12 +468,12 @@ func (ix *Index) SearchMany(ctx context.Context, qs []engine.Query) ([][]engine.
 				all[i] = w.query
 			}
 			if q.AllTerms || len(words) == 1 {
-				reqs = append(reqs, ix.request(strings.Join(all, " "), meilisearch.All, filter, limit))
+				reqs = append(reqs, ix.request(strings.Join(all, " "), meilisearch.All, filter, limit, q.Passage))
 			} else {
 				p.any = true
-				reqs = append(reqs, ix.request(strings.Join(all, " "), meilisearch.Last, filter, limit))
+				reqs = append(reqs, ix.request(strings.Join(all, " "), meilisearch.Last, filter, limit, q.Passage))
 				for _, w := range words {
-					reqs = append(reqs, ix.request(w.query, meilisearch.All, filter, limit))
+					reqs = append(reqs, ix.request(w.query, meilisearch.All, filter, limit, q.Passage))
 					p.idf = append(p.idf, ix.idf(w.stem))
 				}
 			}
@@ -447,8 +498,12 @@ func (ix *Index) SearchMany(ctx context.Context, qs []engine.Query) ([][]engine.
 			continue
 		}
 		best := map[string]float64{}
+		// A document's passage is the whole query's crop, else the crop of its best
+		// single-word match.
+		passage, weight := map[string]string{}, map[string]float64{}
 		for _, h := range res[0] {
 			best[h.Path] = h.Score
+			passage[h.Path], weight[h.Path] = h.Passage, math.Inf(1)
 		}
 		// The per-word scores, weighed by the words' idf as BM25 weighs them: Meilisearch's
 		// score says how well a document matches a word, not how telling the word is.
@@ -456,7 +511,11 @@ func (ix *Index) SearchMany(ctx context.Context, qs []engine.Query) ([][]engine.
 		for i, r := range res[1:] {
 			total += p.idf[i]
 			for _, h := range r {
-				sum[h.Path] += p.idf[i] * h.Score
+				w := p.idf[i] * h.Score
+				sum[h.Path] += w
+				if w > weight[h.Path] || passage[h.Path] == "" {
+					passage[h.Path], weight[h.Path] = h.Passage, w
+				}
 			}
 		}
 		for path, s := range sum {
@@ -464,14 +523,14 @@ func (ix *Index) SearchMany(ctx context.Context, qs []engine.Query) ([][]engine.
 		}
 		hits := make([]engine.Hit, 0, len(best))
 		for path, s := range best {
-			hits = append(hits, engine.Hit{Path: path, Score: s})
+			hits = append(hits, engine.Hit{Path: path, Score: s, Passage: passage[path]})
 		}
 		out[i] = sortHits(hits, p.limit)
 	}
 	return out, nil
 }
 
-func (ix *Index) request(q string, strategy meilisearch.MatchingStrategy, filter string, limit int) *meilisearch.SearchRequest {
+func (ix *Index) request(q string, strategy meilisearch.MatchingStrategy, filter string, limit, passage int) *meilisearch.SearchRequest {
 	r := &meilisearch.SearchRequest{
 		IndexUID:             ix.uid,
 		Query:                q,
@@ -483,8 +542,19 @@ func (ix *Index) request(q string, strategy meilisearch.MatchingStrategy, filter
 	if filter != "" {
 		r.Filter = filter
 	}
+	if passage > 0 {
+		// Meilisearch crops the content around the most distinct query words and puts
+		// the crop in the hit's _formatted object.
+		r.AttributesToCrop = []string{fieldContent}
+		r.CropLength = int64(passage)
+		r.CropMarker = cropMarker
+	}
 	return r
 }
+
+// cropMarker is what Meilisearch puts where it cut the content (its default, sent
+// explicitly since it is stripped from passages).
+const cropMarker = "…"
 
 // run sends the requests and decodes each one's hits.
 func (ix *Index) run(ctx context.Context, reqs []*meilisearch.SearchRequest) ([][]engine.Hit, error) {
@@ -593,6 +663,15 @@ func decodeHits(hs meilisearch.Hits) ([]engine.Hit, error) {
 		if err := decodeField(h, rankingScore, &hit.Score); err != nil {
 			return nil, err
 		}
+		if raw, ok := h[formatted]; ok {
+			var f struct {
+				Content string `json:"content"`
+			}
+			if err := json.Unmarshal(raw, &f); err != nil {
+				return nil, fmt.Errorf("hit field %q: %w", formatted, err)
+			}
+			hit.Passage = strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(f.Content, cropMarker), cropMarker))
+		}
 		out = append(out, hit)
 	}
 	return out, nil
@@ -605,6 +684,98 @@ func decodeField(h meilisearch.Hit, name string, v any) error {
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
 		return fmt.Errorf("hit field %q: %w", name, err)
+	}
+	return nil
+}
+
+// maxBackoff caps the wait between two retries.
+const maxBackoff = 5 * time.Second
+
+// retry runs op until it succeeds, fails for another reason than the server being out of
+// reach (see transient), or has been retried Config.Retries times, waiting RetryBackoff
+// before the first retry and twice as long before each next one. Only idempotent
+// requests go through it.
+func (ix *Index) retry(ctx context.Context, op func() error) error {
+	wait := ix.cfg.RetryBackoff
+	for attempt := 0; ; attempt++ {
+		err := op()
+		if err == nil || attempt >= ix.cfg.Retries || !transient(err) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, maxBackoff)
+	}
+}
+
+// transient reports whether err means Meilisearch could not be reached or asked to be
+// called again later: a connection refused or cut, or HTTP 429, 502, 503 or 504 (a
+// restarting server, or the proxy in front of it). A failed task is not transient: it is
+// Meilisearch's answer.
+func transient(err error) bool {
+	var me *meilisearch.Error
+	if !errors.As(err, &me) || errors.Is(me.OriginError, context.Canceled) || errors.Is(me.OriginError, context.DeadlineExceeded) {
+		return false
+	}
+	switch me.ErrCode {
+	case meilisearch.MeilisearchCommunicationError:
+		return true
+	case meilisearch.MeilisearchApiError, meilisearch.MeilisearchApiErrorWithoutMessage:
+		switch me.StatusCode {
+		case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return true
+		}
+	}
+	return false
+}
+
+// unsettled holds, per index uid, the tasks a write enqueued but could not follow to their
+// end (the server went away while it waited): Meilisearch may still apply them. It is
+// shared by every Index of the process, since a rebuild opens a new one on the same uid.
+var unsettled = &taskSet{tasks: map[string][]int64{}}
+
+type taskSet struct {
+	mu    sync.Mutex
+	tasks map[string][]int64
+}
+
+func (s *taskSet) add(uid string, task int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tasks[uid] = append(s.tasks[uid], task)
+}
+
+func (s *taskSet) take(uid string) []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.tasks[uid]
+	delete(s.tasks, uid)
+	return out
+}
+
+// finishUnsettled waits for the tasks of this index that earlier writes could not follow
+// to their end, whatever their outcome, so the documents compared next are final.
+func (ix *Index) finishUnsettled(ctx context.Context) error {
+	tasks := unsettled.take(ix.uid)
+	for i, uid := range tasks {
+		wctx, cancel := context.WithTimeout(ctx, ix.cfg.TaskTimeout)
+		err := ix.retry(wctx, func() error {
+			_, err := ix.client.WaitForTaskWithContext(wctx, uid, ix.cfg.TaskPoll)
+			return err
+		})
+		cancel()
+		// Done, or unknown to the server (it lost its task queue): nothing to wait for.
+		if err != nil && apiCode(err) != "task_not_found" {
+			for _, t := range tasks[i:] {
+				unsettled.add(ix.uid, t)
+			}
+			return fmt.Errorf("meilisearch %s: wait for task %d of an interrupted write: %w", ix.uid, uid, err)
+		}
 	}
 	return nil
 }

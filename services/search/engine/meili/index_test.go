@@ -7,7 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/quarry-router/quarry/services/search/answer"
 	"github.com/quarry-router/quarry/services/search/engine"
 	"github.com/quarry-router/quarry/services/search/engine/enginetest"
 	"github.com/quarry-router/quarry/services/search/engine/meili"
@@ -199,6 +201,187 @@ func TestAFailedTaskFailsTheWriteAndChangesNothing(t *testing.T) {
 	}
 	if ix.Len() != len(enginetest.Docs()) {
 		t.Errorf("Len() = %d after a failed write, want %d", ix.Len(), len(enginetest.Docs()))
+	}
+}
+
+// Writes are retried, a bounded number of times, only when Meilisearch could not be
+// reached or asked to be called later; a failed task is Meilisearch's answer and is
+// reported at once. Searches are never retried.
+func TestWritesRetryOnlyAnUnreachableServer(t *testing.T) {
+	added := engine.Doc{Path: "x/kafka.md", Folder: "x", Title: "Kafka", Content: "Kafka consumers."}
+	adds := "/indexes/quarry_kb/documents"
+	tests := []struct {
+		name      string
+		fail      func(*meilitest.Server)
+		wantPosts int // add requests for one Apply, with Retries = 2
+	}{
+		{"503 is retried, then reported", func(s *meilitest.Server) { s.Down(meilitest.Unavailable) }, 3},
+		{"a failed task is reported at once", func(s *meilitest.Server) { s.FailNextTasks(1, "no space left on device") }, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := meilitest.New(t, key)
+			cfg := testConfig(srv.URL, key)
+			cfg.Retries, cfg.RetryBackoff = 2, time.Millisecond
+			ix, err := meili.Open(context.Background(), cfg, "kb", enginetest.Docs())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ix.Close()
+			before := srv.Count("POST", adds)
+			tt.fail(srv)
+			if err := ix.Apply(context.Background(), []engine.Change{{New: &added}}); err == nil {
+				t.Fatal("Apply succeeded against a failing server")
+			}
+			if n := srv.Count("POST", adds) - before; n != tt.wantPosts {
+				t.Errorf("Apply sent the documents %d times, want %d", n, tt.wantPosts)
+			}
+			srv.Up()
+			if err := ix.Apply(context.Background(), []engine.Change{{New: &added}}); err != nil {
+				t.Fatalf("Apply once the server is back: %v", err)
+			}
+			searches := srv.Count("POST", "/indexes/quarry_kb/search")
+			srv.Down(meilitest.Unavailable)
+			if _, err := ix.Search(context.Background(), engine.Query{Terms: []string{"kafka"}}); err == nil {
+				t.Fatal("Search succeeded against a failing server")
+			}
+			if n := srv.Count("POST", "/indexes/quarry_kb/search") - searches; n != 1 {
+				t.Errorf("a failing search was sent %d times, want 1 (never retried)", n)
+			}
+		})
+	}
+}
+
+// A write whose server went away (connections cut, then refused) goes through once the
+// server is back within the retries.
+func TestAWriteRetriesUntilTheServerIsBack(t *testing.T) {
+	srv := meilitest.New(t, key)
+	cfg := testConfig(srv.URL, key)
+	cfg.Retries, cfg.RetryBackoff = 6, 20*time.Millisecond
+	ix, err := meili.Open(context.Background(), cfg, "kb", enginetest.Docs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	adds := "/indexes/quarry_kb/documents"
+	before := srv.Count("POST", adds)
+	srv.Down(meilitest.Refused)
+	added := engine.Doc{Path: "x/kafka.md", Folder: "x", Title: "Kafka", Content: "Kafka consumers."}
+	res := make(chan error, 1)
+	go func() { res <- ix.Apply(context.Background(), []engine.Change{{New: &added}}) }()
+	// The first attempt reaches the server on a connection opened before the outage,
+	// which cuts it; the retries are refused until Up.
+	deadline := time.Now().Add(10 * time.Second)
+	for srv.Count("POST", adds) == before {
+		if time.Now().After(deadline) {
+			t.Fatal("the write never reached the server")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	srv.Up()
+	if err := <-res; err != nil {
+		t.Fatalf("Apply across an outage: %v", err)
+	}
+	if hits, err := ix.Search(context.Background(), engine.Query{Terms: []string{"kafka"}}); err != nil || len(hits) != 1 {
+		t.Errorf("after the retried write, search = %v, %v", hits, err)
+	}
+}
+
+// Asked for passages, a search returns each hit's crop from Meilisearch: at most the
+// words asked for, around the query's words, which the answer package finds again in
+// the file's own text. Without the question, hits carry none.
+func TestSearchReturnsMeilisearchsCropAsThePassage(t *testing.T) {
+	srv := meilitest.New(t, key)
+	filler := strings.Repeat("Dashboards list the error budget of every service in the fleet. ", 12)
+	long := engine.Doc{Path: "auth/jwt/long.md", Folder: "auth/jwt", Title: "Key handling",
+		Content: filler + "Rotate the signing key every ninety days and publish it first. " + filler}
+	ix := open(t, srv.URL, key, "kb", append(enginetest.Docs(), long))
+	defer ix.Close()
+	ctx := context.Background()
+	for _, all := range []bool{true, false} {
+		hits, err := ix.Search(ctx, engine.Query{Terms: []string{"rotate", "signing", "ninety"}, AllTerms: all, Passage: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var passage string
+		for _, h := range hits {
+			if h.Path == long.Path {
+				passage = h.Passage
+			}
+		}
+		words := strings.Fields(passage)
+		if len(words) == 0 || len(words) > 8 {
+			t.Fatalf("all terms %v: passage %q, want 1-8 words", all, passage)
+		}
+		for _, stem := range []string{"rotat", "sign", "nineti"} {
+			if !slices.Contains(words, stem) {
+				t.Errorf("all terms %v: passage %q lacks %q", all, passage, stem)
+			}
+		}
+		excerpt, ok := answer.DefaultConfig().ExcerptAround(long.Content, passage)
+		if !ok || !strings.Contains(excerpt, "Rotate the signing key every ninety days") {
+			t.Errorf("all terms %v: the passage's excerpt is %q (found %v)", all, excerpt, ok)
+		}
+	}
+	var req struct {
+		AttributesToCrop []string `json:"attributesToCrop"`
+		CropLength       int      `json:"cropLength"`
+		CropMarker       string   `json:"cropMarker"`
+	}
+	for _, r := range srv.Requests() {
+		if r.Path == "/indexes/quarry_kb/search" {
+			_ = json.Unmarshal(r.Body, &req)
+		}
+	}
+	if !slices.Equal(req.AttributesToCrop, []string{"content"}) || req.CropLength != 8 || req.CropMarker != "…" {
+		t.Errorf("the all-terms search asked for crop %+v, want content, 8 words, marker …", req)
+	}
+	hits, err := ix.Search(ctx, engine.Query{Terms: []string{"rotate"}, AllTerms: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hits {
+		if h.Passage != "" {
+			t.Errorf("a search without Passage returned one for %s: %q", h.Path, h.Passage)
+		}
+	}
+}
+
+// A write that lost the server after its documents were accepted leaves a task that
+// Meilisearch may still apply. The next Open of the index waits for it before comparing
+// documents, so what it makes equal to the knowledge base stays equal.
+func TestOpenWaitsForATaskAnInterruptedWriteLeft(t *testing.T) {
+	srv := meilitest.New(t, key)
+	cfg := testConfig(srv.URL, key)
+	cfg.Retries, cfg.RetryBackoff = 1, time.Millisecond
+	docs := enginetest.Docs()
+	ix, err := meili.Open(context.Background(), cfg, "kb", docs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	srv.DownAfterRequests(1, meilitest.Refused) // the documents are accepted, then nothing
+	added := engine.Doc{Path: "x/kafka.md", Folder: "x", Title: "Kafka", Content: "Kafka consumers."}
+	if err := ix.Apply(context.Background(), []engine.Change{{New: &added}}); err == nil {
+		t.Fatal("Apply succeeded without seeing its task")
+	}
+	srv.Up()
+	// The knowledge base never got the file (its write failed): Open makes the index
+	// equal to it again.
+	again, err := meili.Open(context.Background(), cfg, "kb", docs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	// Any later write runs the server's queue to its end.
+	moved := engine.Doc{Path: "x/zookeeper.md", Folder: "x", Title: "Zookeeper", Content: "Quorum of five."}
+	if err := again.Apply(context.Background(), []engine.Change{{New: &moved}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range srv.Documents("quarry_kb") {
+		if d["path"] == added.Path {
+			t.Errorf("the interrupted write's document is in the index after Open made it equal to the knowledge base")
+		}
 	}
 }
 

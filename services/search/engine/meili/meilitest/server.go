@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -53,7 +54,27 @@ type Server struct {
 	violations []string
 	failNext   int
 	failMsg    string
+	// down is the outage in progress (0: none); downAfter counts the tasks still
+	// applied, and downAfterReqs the requests still answered, before the outage downHow
+	// begins (0: none scheduled).
+	down          Outage
+	downAfter     int
+	downAfterReqs int
+	downHow       Outage
 }
+
+// Outage is how the server fails while it is down.
+type Outage int
+
+// Outages.
+const (
+	// Refused: the server stops listening and cuts its open connections, as a crashed or
+	// restarting Meilisearch does: connections are refused or reset.
+	Refused Outage = iota + 1
+	// Unavailable: every request gets HTTP 503 with a plain-text body, as from a proxy in
+	// front of a server that is not there.
+	Unavailable
+)
 
 type index struct {
 	uid        string
@@ -155,6 +176,66 @@ func (s *Server) FailNextTasks(n int, message string) {
 	s.failNext, s.failMsg = n, message
 }
 
+// Down makes the server fail every request as how says, until Up.
+func (s *Server) Down(how Outage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.goDown(how)
+}
+
+// DownAfterTasks lets the server apply n more tasks (reporting each one's status as
+// usual), then go down as how says: a write in progress loses the server between two of
+// its requests.
+func (s *Server) DownAfterTasks(n int, how Outage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n <= 0 {
+		s.goDown(how)
+		return
+	}
+	s.downAfter, s.downHow = n, how
+}
+
+// DownAfterRequests lets the server answer n more requests, then go down as how says: a
+// write whose documents were accepted loses the server while it waits for its task.
+func (s *Server) DownAfterRequests(n int, how Outage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n <= 0 {
+		s.goDown(how)
+		return
+	}
+	s.downAfterReqs, s.downHow = n, how
+}
+
+// goDown starts an outage; the caller holds mu.
+func (s *Server) goDown(how Outage) {
+	s.down, s.downAfter, s.downAfterReqs = how, 0, 0
+	if how == Refused {
+		// New connections are refused; requests on open ones are cut (serve).
+		_ = s.Listener.Close()
+	}
+}
+
+// Up ends an outage: the server answers again, at the same address, with everything
+// it held before.
+func (s *Server) Up() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	how := s.down
+	s.down, s.downAfter, s.downAfterReqs = 0, 0, 0
+	if how != Refused {
+		return
+	}
+	l, err := net.Listen("tcp", s.Listener.Addr().String())
+	if err != nil {
+		s.t.Errorf("meilitest: listen again on %s: %v", s.Listener.Addr(), err)
+		return
+	}
+	s.Listener = l
+	go func() { _ = s.Config.Serve(l) }()
+}
+
 // Requests returns the requests received so far.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
@@ -216,6 +297,28 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, Body: body})
+	switch s.down {
+	case Refused:
+		// A request on a connection opened before the outage: cut it without an answer.
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				_ = conn.Close()
+				return
+			}
+		}
+		panic(http.ErrAbortHandler)
+	case Unavailable:
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "no healthy upstream")
+		return
+	}
+	if s.downAfterReqs > 0 {
+		if s.downAfterReqs--; s.downAfterReqs == 0 {
+			// This request still gets its answer; the next one finds the server down.
+			defer s.goDown(s.downHow)
+		}
+	}
 
 	if s.key != "" {
 		auth := r.Header.Get("Authorization")
@@ -336,6 +439,12 @@ func (s *Server) process(uid int64) {
 		}
 		done := time.Now().UTC()
 		t.FinishedAt = &done
+		if s.downAfter > 0 {
+			if s.downAfter--; s.downAfter == 0 {
+				// This request still gets its answer; the next one finds the server down.
+				s.goDown(s.downHow)
+			}
+		}
 	}
 }
 
@@ -676,6 +785,10 @@ func (s *Server) search(ix *index, req searchRequest) (map[string]any, *apiError
 		score float64
 	}
 	terms := parseQuery(q, ix.settings.StopWords)
+	crops, e := s.cropOptions(ix, req)
+	if e != nil {
+		return nil, e
+	}
 	var found []scored
 	for i, id := range ix.order {
 		d := ix.docs[id]
@@ -698,9 +811,135 @@ func (s *Server) search(ix *index, req searchRequest) (map[string]any, *apiError
 		if req.ShowRankingScore != nil && *req.ShowRankingScore {
 			h["_rankingScore"] = f.score
 		}
+		if len(crops) > 0 {
+			// _formatted holds the retrieved attributes and the cropped ones, cropped.
+			fm := map[string]any{}
+			for k, v := range h {
+				if !strings.HasPrefix(k, "_") {
+					fm[k] = v
+				}
+			}
+			for attr, n := range crops {
+				if v, ok := ix.docs[f.id][attr].(string); ok {
+					fm[attr] = cropText(v, terms, n, cropMarkerOf(req), &ix.settings)
+				}
+			}
+			h["_formatted"] = fm
+		}
 		hits = append(hits, h)
 	}
 	return map[string]any{"hits": hits, "query": q, "processingTimeMs": 0, "limit": limit, "offset": 0, "estimatedTotalHits": len(found)}, nil
+}
+
+// cropSet maps each attribute to crop to its crop length in words.
+type cropSet map[string]int
+
+// cropMarkerOf is the request's crop marker, or Meilisearch's default.
+func cropMarkerOf(req searchRequest) string {
+	if req.CropMarker != nil {
+		return *req.CropMarker
+	}
+	return "…"
+}
+
+var cropPattern = regexp.MustCompile(`^(\*|[A-Za-z0-9_.-]+)(?::([0-9]+))?$`)
+
+// cropOptions checks attributesToCrop ("attribute", "attribute:length" or "*" for every
+// retrieved attribute), cropLength (words, default 10) and cropMarker, and returns what
+// to crop. Cropping an attribute that is not displayed returns nothing in Meilisearch,
+// so the backend would silently get no passage: that is a violation.
+func (s *Server) cropOptions(ix *index, req searchRequest) (cropSet, *apiError) {
+	length := 10
+	if req.CropLength != nil {
+		if *req.CropLength < 0 {
+			s.violate("cropLength %d is negative", *req.CropLength)
+			return nil, &apiError{Message: "cropLength must be a positive integer", Code: "invalid_search_crop_length", Type: "invalid_request"}
+		}
+		length = *req.CropLength
+	}
+	out := cropSet{}
+	for _, a := range req.AttributesToCrop {
+		m := cropPattern.FindStringSubmatch(a)
+		if m == nil {
+			s.violate("attributesToCrop entry %q is not `attribute`, `attribute:length` or `*`", a)
+			return nil, &apiError{Message: "invalid attributesToCrop", Code: "invalid_search_attributes_to_crop", Type: "invalid_request"}
+		}
+		n := length
+		if m[2] != "" {
+			n, _ = strconv.Atoi(m[2])
+		}
+		attrs := []string{m[1]}
+		if m[1] == "*" {
+			attrs = req.AttributesToRetrieve
+		}
+		for _, attr := range attrs {
+			if !slices.Contains(ix.settings.DisplayedAttributes, "*") && !slices.Contains(ix.settings.DisplayedAttributes, attr) {
+				s.violate("attributesToCrop %q: the attribute is not displayed, so Meilisearch returns no crop of it", attr)
+				continue
+			}
+			out[attr] = n
+		}
+	}
+	return out, nil
+}
+
+// cropText keeps at most n words of v: the window holding the most distinct query terms,
+// the one whose matches sit nearest its middle on a tie, from the first word when no term
+// matches; marker goes where words were cut.
+func cropText(v string, terms []term, n int, marker string, st *settings) string {
+	toks := strings.Fields(v)
+	if len(toks) <= n {
+		return v
+	}
+	if n == 0 {
+		return marker
+	}
+	match := make([]int, len(toks))
+	for i, tok := range toks {
+		match[i] = -1
+		ws := words(tok)
+		if len(ws) == 0 {
+			continue
+		}
+		for ti, t := range terms {
+			if len(t.words) != 1 {
+				continue
+			}
+			if _, ok := matchAt(t, ws, 0, st.TypoTolerance.Enabled, st.TypoTolerance.MinWordSizeForTypos); ok {
+				match[i] = ti
+				break
+			}
+		}
+	}
+	best, bestN, bestOff := 0, 0, len(toks)
+	for start := 0; start+n <= len(toks); start++ {
+		seen := map[int]bool{}
+		first, last := -1, -1
+		for i := start; i < start+n; i++ {
+			if match[i] >= 0 {
+				seen[match[i]] = true
+				if first < 0 {
+					first = i
+				}
+				last = i
+			}
+		}
+		if len(seen) == 0 {
+			continue
+		}
+		off := abs((first + last) - (2*start + n - 1))
+		if len(seen) > bestN || (len(seen) == bestN && off < bestOff) {
+			best, bestN, bestOff = start, len(seen), off
+		}
+	}
+	out := strings.Join(toks[best:best+n], " ")
+	if best > 0 {
+		out = marker + out
+	}
+	if best+n < len(toks) {
+		out += marker
+	}
+	return out
 }
 
 var filterPattern = regexp.MustCompile(`^\s*([A-Za-z0-9_.]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s"]+))\s*$`)
