@@ -26,7 +26,6 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var srv serverFlags
 	srv.register(fs, "", "gateway to load (loopback only); empty starts an embedded Quarry")
-	addr := &srv.addr
 	kbID := fs.String("kb", "bench", "knowledge base to ask")
 	files := fs.Int("files", 5000, "embedded: size of the generated knowledge base")
 	questions := fs.String("questions", "", "JSONL file of questions ({\"query\": ...}); default: generated known-item questions")
@@ -54,8 +53,9 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	cfg := loadConfig{Concurrency: *c, Duration: *d, Count: *n, Warmup: *warm, KB: *kbID, Mix: mix, Timeout: *timeout}
-	target := *addr
-	if target == "" {
+	target := srv.addr
+	embedded := target == ""
+	if embedded {
 		dir, err := os.MkdirTemp("", "quarry-bench-")
 		if err != nil {
 			return err
@@ -99,14 +99,14 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer conn.Close()
 	var mem memoryReport
-	if *addr == "" {
+	if embedded {
 		cfg.OnMeasuring = func() { mem.RSSStartKiB, mem.HeapStartKiB = rssKiB(), liveHeapKiB() }
 	}
 	rep, err := runLoad(ctx, quarryv1.NewQueryServiceClient(conn), healthpb.NewHealthClient(conn), cfg, stderr)
 	if err != nil {
 		return err
 	}
-	if *addr == "" {
+	if embedded {
 		runtime.GC()
 		mem.RSSEndKiB, mem.RSSPeakKiB, mem.HeapEndKiB = rssKiB(), peakRSSKiB(), liveHeapKiB()
 		rep.Memory = &mem

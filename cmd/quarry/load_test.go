@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"runtime"
 	"testing"
 	"time"
@@ -56,4 +58,32 @@ func TestLoadMixedWorkload(t *testing.T) {
 		t.Errorf("%d goroutines before the run, %d ten seconds after it:\n%s", goroutines, n, buf[:runtime.Stack(buf, true)])
 	}
 	t.Logf("%d calls, %.0f qps, T0 p99 %.2f ms, echo p99 %.2f ms", rep.Calls, rep.QPS, rep.ByTier["EXACT_CACHE"].P99, rep.ByTier["ECHO"].P99)
+}
+
+// TestBenchCommandReportsTiersAndMemory runs "quarry bench" on a small embedded system:
+// no errors, every kind of call measured, and the memory report a leak hunt needs.
+func TestBenchCommandReportsTiersAndMemory(t *testing.T) {
+	var out, progress bytes.Buffer
+	err := benchCmd(context.Background(), []string{"-files", "200", "-c", "4", "-d", "1s", "-warmup", "300ms", "-json"}, &out, &progress)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, progress.String())
+	}
+	var rep struct {
+		Calls  int64                     `json:"calls"`
+		Errors int64                     `json:"errors"`
+		ByTier map[string]latencySummary `json:"by_tier"`
+		Memory *memoryReport             `json:"memory"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("report is not JSON: %v\n%s", err, out.String())
+	}
+	if rep.Calls == 0 || rep.Errors != 0 {
+		t.Errorf("%d calls, %d errors", rep.Calls, rep.Errors)
+	}
+	if rep.ByTier["EXACT_CACHE"].N == 0 || rep.ByTier["ECHO"].N == 0 {
+		t.Errorf("tiers measured: %v", rep.ByTier)
+	}
+	if m := rep.Memory; m == nil || m.RSSStartKiB <= 0 || m.RSSEndKiB <= 0 || m.HeapEndKiB <= 0 {
+		t.Errorf("memory report %+v, want RSS and live heap at the start and the end", m)
+	}
 }
