@@ -176,6 +176,9 @@ type Candidate struct {
 	EngineScore float64
 	// FromEntity marks a document only the entity search found.
 	FromEntity bool
+	// Passage is the engine's pick of the document's best-matching passage
+	// (engine.Hit.Passage), "" when it picked none.
+	Passage string
 }
 
 // Signal is what the runtime has learned about a document.
@@ -211,6 +214,9 @@ type Result struct {
 	Propagated     bool
 	PropagatedFrom string
 	FromEntity     bool
+	// Passage is the candidate's engine passage, carried to where excerpts are cut; ""
+	// for a propagated summary (the passage is the child's text, not its own).
+	Passage string
 }
 
 // Rank scores cands for a query whose search stems are stems (see QueryStems), orders them,
@@ -244,7 +250,7 @@ func (c Config) Rank(now time.Time, corpus *Corpus, stems []string, cands []Cand
 			cov = corpus.Coverage(cd.Doc.Path, stems)
 		}
 		evidence[i] = cov * s
-		results = append(results, Result{Doc: cd.Doc, EngineScore: cd.EngineScore, Coverage: cov, FromEntity: cd.FromEntity})
+		results = append(results, Result{Doc: cd.Doc, EngineScore: cd.EngineScore, Coverage: cov, FromEntity: cd.FromEntity, Passage: cd.Passage})
 	}
 	var idfSum float64
 	if corpus != nil {
@@ -427,7 +433,8 @@ func (c Config) gapFilter(rs []Result) []Result {
 }
 
 // dedupe keeps one candidate per path with its best engine score; it is an entity-search
-// result only if every search that found it was an entity search.
+// result only if every search that found it was an entity search, and keeps the first
+// passage an engine picked for it.
 func dedupe(cands []Candidate) []Candidate {
 	out := make([]Candidate, 0, len(cands))
 	at := make(map[string]int, len(cands))
@@ -443,6 +450,9 @@ func dedupe(cands []Candidate) []Candidate {
 		}
 		out[i].EngineScore = max(out[i].EngineScore, cd.EngineScore)
 		out[i].FromEntity = out[i].FromEntity && cd.FromEntity
+		if out[i].Passage == "" {
+			out[i].Passage = cd.Passage
+		}
 	}
 	return out
 }

@@ -589,3 +589,40 @@ func TestConfig(t *testing.T) {
 		})
 	}
 }
+
+func TestRankCarriesTheEnginesPassage(t *testing.T) {
+	jwtIndex := doc("auth/jwt/_index.md")
+	tests := []struct {
+		name  string
+		cands []Candidate
+		want  map[string]string // path → passage of its result
+	}{
+		// The summary's result is the child's match scaled, not a match of its own text.
+		{"a result keeps its candidate's passage, a propagated summary has none",
+			[]Candidate{{Doc: doc("auth/jwt/rotation.md"), EngineScore: 5, Passage: "rotat key"}},
+			map[string]string{"auth/jwt/rotation.md": "rotat key", "auth/jwt/_index.md": ""}},
+		{"a duplicate path keeps the first passage an engine picked",
+			[]Candidate{{Doc: doc("auth/jwt/rotation.md"), EngineScore: 5}, {Doc: doc("auth/jwt/rotation.md"), EngineScore: 1, Passage: "rotat"},
+				{Doc: doc("auth/jwt/rotation.md"), EngineScore: 2, Passage: "key"}},
+			map[string]string{"auth/jwt/rotation.md": "rotat", "auth/jwt/_index.md": ""}},
+		{"no passage stays none",
+			[]Candidate{{Doc: doc("auth/jwt/rotation.md"), EngineScore: 5}},
+			map[string]string{"auth/jwt/rotation.md": ""}},
+	}
+	cfg := DefaultConfig()
+	cfg.GapRatio = 0 // keep the propagated summary
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := byPath(cfg.Rank(now, nil, []string{"x"}, tc.cands, signals(tree.Validated), summaries(jwtIndex)))
+			for path, want := range tc.want {
+				r, ok := rs[path]
+				if !ok {
+					t.Fatalf("no result for %s in %v", path, rs)
+				}
+				if r.Passage != want {
+					t.Errorf("%s: passage %q, want %q", path, r.Passage, want)
+				}
+			}
+		})
+	}
+}

@@ -279,7 +279,7 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 	res.Results = ranked
 	res.Excerpts = make(map[string]string, len(ranked))
 	for _, rr := range ranked {
-		res.Excerpts[rr.Doc.Path] = r.cfg.Answer.Excerpt(rr.Doc.Content, pq.terms)
+		res.Excerpts[rr.Doc.Path] = r.excerpt(rr, pq.terms)
 	}
 
 	top := r.cfg.Gate.Prefetch(ranked)
@@ -334,7 +334,7 @@ func (r *Resolver) search(ctx context.Context, k *kb.KB, pq query) ([]rank.Candi
 	if len(pq.terms) == 0 {
 		return nil, false, nil
 	}
-	eq := engine.Query{Terms: pq.terms, Scope: pq.scope, AllTerms: true, Limit: r.cfg.SearchLimit}
+	eq := engine.Query{Terms: pq.terms, Scope: pq.scope, AllTerms: true, Limit: r.cfg.SearchLimit, Passage: passageWords}
 	hits, err := k.Engine.Search(ctx, eq)
 	if err != nil {
 		return nil, false, fmt.Errorf("search %s: %w", k.ID, err)
@@ -347,6 +347,24 @@ func (r *Resolver) search(ctx context.Context, k *kb.KB, pq query) ([]rank.Candi
 		}
 	}
 	return candidates(k, hits, false), all, nil
+}
+
+// passageWords is the passage asked of an engine that picks one (Meilisearch), in the
+// indexed words it counts (stems, stop words removed): 30 of them span roughly 50 words of
+// prose, well inside one ~800-character excerpt chunk, and are enough words for the
+// passage to be found in one place of the file.
+const passageWords = 30
+
+// excerpt returns the chunk of a result's document around the engine's passage, or the
+// chunk Excerpt picks by the query terms when the engine picked none (Bleve) or the file
+// no longer holds it.
+func (r *Resolver) excerpt(rr rank.Result, terms []string) string {
+	if rr.Passage != "" {
+		if ex, ok := r.cfg.Answer.ExcerptAround(rr.Doc.Content, rr.Passage); ok {
+			return ex
+		}
+	}
+	return r.cfg.Answer.Excerpt(rr.Doc.Content, terms)
 }
 
 // entitySearch searches each entity term on its own, in parallel (SPEC "Entity search").
@@ -426,7 +444,7 @@ func candidates(k *kb.KB, hits []engine.Hit, entity bool) []rank.Candidate {
 		if !ok {
 			continue // the index is built from the tree, so this is a stale hit at most
 		}
-		out = append(out, rank.Candidate{Doc: d, EngineScore: h.Score, FromEntity: entity})
+		out = append(out, rank.Candidate{Doc: d, EngineScore: h.Score, FromEntity: entity, Passage: h.Passage})
 	}
 	return out
 }
