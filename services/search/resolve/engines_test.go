@@ -22,6 +22,12 @@ import (
 // resolverWith loads the example KB with the engine edit configures.
 func resolverWith(t *testing.T, edit func(*kb.Config)) *resolve.Resolver {
 	t.Helper()
+	return resolverOf(t, platform, exampleKB, edit)
+}
+
+// resolverOf loads the KB in dir as id, with the engine edit configures.
+func resolverOf(t *testing.T, id, dir string, edit func(*kb.Config)) *resolve.Resolver {
+	t.Helper()
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	var kc kb.Config
 	kc.RegisterFlags(fs)
@@ -33,7 +39,7 @@ func resolverWith(t *testing.T, edit func(*kb.Config)) *resolve.Resolver {
 	edit(&kc)
 	reg := kb.NewRegistry(kc, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(reg.Close)
-	if _, err := reg.Load(context.Background(), platform, exampleKB); err != nil {
+	if _, err := reg.Load(context.Background(), id, dir); err != nil {
 		t.Fatal(err)
 	}
 	return resolve.New(rc, reg, func() time.Time { return now })

@@ -2,14 +2,10 @@ package resolve_test
 
 import (
 	"context"
-	"flag"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/quarry-router/quarry/services/search/engine/meili/meilitest"
 	"github.com/quarry-router/quarry/services/search/gate"
@@ -72,23 +68,7 @@ func TestExcerptComesFromTheEnginesPassage(t *testing.T) {
 	)
 	dir := passageKB(t)
 	srv := meilitest.New(t, "key")
-	load := func(edit func(*kb.Config)) *resolve.Resolver {
-		fs := flag.NewFlagSet("test", flag.ContinueOnError)
-		var kc kb.Config
-		kc.RegisterFlags(fs)
-		var rc resolve.Config
-		rc.RegisterFlags(fs)
-		if err := fs.Parse(nil); err != nil {
-			t.Fatal(err)
-		}
-		edit(&kc)
-		reg := kb.NewRegistry(kc, slog.New(slog.NewTextHandler(io.Discard, nil)))
-		t.Cleanup(reg.Close)
-		if _, err := reg.Load(context.Background(), id, dir); err != nil {
-			t.Fatal(err)
-		}
-		return resolve.New(rc, reg, func() time.Time { return now })
-	}
+	load := func(edit func(*kb.Config)) *resolve.Resolver { return resolverOf(t, id, dir, edit) }
 	tests := []struct {
 		name     string
 		edit     func(*kb.Config)
