@@ -2,6 +2,8 @@ package deploy
 
 import (
 	"fmt"
+	"net"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -79,6 +81,7 @@ func TestOverlaysRenderToValidObjects(t *testing.T) {
 			checkDeployments(t, objs)
 			checkScaling(t, objs)
 			checkServices(t, objs)
+			checkTLSProbes(t, objs)
 		})
 	}
 }
@@ -171,5 +174,48 @@ func checkServices(t *testing.T, objs []runtime.Object) {
 	}
 	if !open["quarry-gateway"] {
 		t.Error("no network policy admits clients to the gateway")
+	}
+}
+
+// checkTLSProbes: Kubernetes' gRPC probes speak plaintext, so a service configured to
+// serve TLS must be probed on its plaintext health port, and must mount the files its
+// TLS flags name.
+func checkTLSProbes(t *testing.T, objs []runtime.Object) {
+	config := map[string]string{}
+	for _, o := range objs {
+		if cm, ok := o.(*corev1.ConfigMap); ok && cm.Name == "quarry-config" {
+			config = cm.Data
+		}
+	}
+	for _, o := range objs {
+		d, ok := o.(*appsv1.Deployment)
+		if !ok || !strings.HasPrefix(d.Name, "quarry-") {
+			continue
+		}
+		svc := strings.ToUpper(strings.TrimPrefix(d.Name, "quarry-"))
+		cert := config["QUARRY_"+svc+"_TLS_CERT"]
+		if cert == "" {
+			continue
+		}
+		_, port, err := net.SplitHostPort(config["QUARRY_"+svc+"_HEALTH_LISTEN"])
+		if err != nil {
+			t.Errorf("%s serves TLS but QUARRY_%s_HEALTH_LISTEN is not a host:port: %v", d.Name, svc, err)
+			continue
+		}
+		c := d.Spec.Template.Spec.Containers[0]
+		for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+			if p == nil || p.GRPC == nil || fmt.Sprint(p.GRPC.Port) != port {
+				t.Errorf("%s serves TLS: its %s probe must use the plaintext health port %s", d.Name, name, port)
+			}
+		}
+		mounted := false
+		for _, m := range c.VolumeMounts {
+			if strings.HasPrefix(cert, m.MountPath+"/") {
+				mounted = true
+			}
+		}
+		if !mounted {
+			t.Errorf("%s: nothing is mounted at %s (QUARRY_%s_TLS_CERT)", d.Name, cert, svc)
+		}
 	}
 }

@@ -30,6 +30,9 @@ import (
 type Config struct {
 	// Listen is the host:port the QueryService listens on (port 0 picks a free one).
 	Listen string
+	// HealthListen, if set, serves the gRPC health service alone, in plaintext, for probes
+	// that cannot speak TLS (Kubernetes' gRPC probes) while Listen requires it.
+	HealthListen string
 	// SearchAddr is the search service's gRPC target.
 	SearchAddr string
 	// AgentAddr is the agent service's gRPC target; "" runs without one, so questions
@@ -64,6 +67,7 @@ type Config struct {
 // RegisterFlags registers every gateway flag with its default.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:7700", "host:port to serve the QueryService on")
+	fs.StringVar(&c.HealthListen, "health-listen", "", `address serving only the gRPC health service, in plaintext, for probes that cannot speak TLS ("" = off; -listen serves health too)`)
 	fs.StringVar(&c.SearchAddr, "search-addr", "127.0.0.1:7701", "gRPC address of the search service")
 	fs.StringVar(&c.AgentAddr, "agent-addr", "", `gRPC address of the agent service ("" = none: LLM routes get degraded extractive answers)`)
 	fs.StringVar(&c.CacheBackend, "cache-backend", "memory", `where cached answers live: "memory" (this process) or "redis" (shared by every replica, see -redis-*)`)
@@ -198,6 +202,11 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	srvOpts = append(srvOpts, grpcx.WithAuth(policy)...)
 	srvOpts = append(srvOpts, grpcx.WithLimits(limiter, grpcx.Methods("/"+service+"/"))...)
 	srv := grpcx.NewServer(log, srvOpts...)
+	if cfg.HealthListen != "" {
+		if _, err := srv.HealthOn(cfg.HealthListen); err != nil {
+			return err
+		}
+	}
 	quarryv1.RegisterQueryServiceServer(srv, server.New(router, log))
 	srv.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	srv.Health.SetServingStatus(service, healthpb.HealthCheckResponse_NOT_SERVING)

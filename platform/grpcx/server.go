@@ -52,6 +52,24 @@ type Server struct {
 	// draining is closed when Serve starts to drain, so never-ending streams (watches)
 	// can end instead of holding GracefulStop until the drain timeout.
 	draining chan struct{}
+	// health serves the health service alone on its own listener (HealthOn).
+	health    *grpc.Server
+	healthLis net.Listener
+}
+
+// HealthOn also serves the health service, alone and in plaintext, on addr: for probes
+// that cannot speak TLS or present a client certificate (Kubernetes' gRPC probes) while
+// the main port requires both. It reports the same status, NOT_SERVING while draining.
+// Call it before Serve, which stops it once the drain is over.
+func (s *Server) HealthOn(addr string) (net.Addr, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("health listen %s: %w", addr, err)
+	}
+	s.health = grpc.NewServer()
+	healthpb.RegisterHealthServer(s.health, s.Health)
+	s.healthLis = lis
+	return lis.Addr(), nil
 }
 
 // Draining is closed when the server starts to shut down.
@@ -134,6 +152,10 @@ func (s *Server) SetServing(services ...string) {
 // server waits Grace for load balancers to notice, lets in-flight calls finish within
 // Timeout, and finally stops hard.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	if s.health != nil {
+		go s.health.Serve(s.healthLis) //nolint:errcheck // ends with Stop below
+		defer s.health.Stop()
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.Server.Serve(lis) }()
 	select {

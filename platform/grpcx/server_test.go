@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quarry-router/quarry/platform/grpcx/tlstest"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 func TestServeReportsHealthAndDrains(t *testing.T) {
@@ -46,5 +49,65 @@ func TestServeReportsHealthAndDrains(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve did not return after the context was cancelled")
+	}
+}
+
+// A TLS-only server still answers probes on its plaintext health port, and only there
+// only health: the services stay behind TLS.
+func TestHealthPortServesProbesBesideATLSPort(t *testing.T) {
+	ca := tlstest.NewCA(t, "quarry")
+	cert, key := ca.Issue(t, "search", "127.0.0.1")
+	tlsOpt, err := ServerTLSConfig{CertFile: cert, KeyFile: key}.ServerOption()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), tlsOpt)
+	s.SetDrain(DrainConfig{Grace: 0, Timeout: time.Second})
+	s.SetServing("quarry.v1.Test")
+	healthAddr, err := s.HealthOn("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, lis) }()
+
+	check := func(addr string) (healthpb.HealthCheckResponse_ServingStatus, error) {
+		conn, err := Dial(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer ccancel()
+		resp, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{Service: "quarry.v1.Test"})
+		return resp.GetStatus(), err
+	}
+	if st, err := check(healthAddr.String()); err != nil || st != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("plaintext probe on the health port: %v %v, want SERVING", st, err)
+	}
+	if _, err := check(lis.Addr().String()); status.Code(err) != codes.Unavailable {
+		t.Errorf("plaintext probe on the TLS port: %v, want Unavailable", err)
+	}
+	conn, err := Dial(healthAddr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	err = conn.Invoke(context.Background(), "/quarry.v1.Test/Do", &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{})
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("a service call on the health port: %v, want Unimplemented", err)
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := check(healthAddr.String()); err == nil {
+		t.Error("the health port still answers after Serve returned")
 	}
 }

@@ -26,6 +26,9 @@ import (
 type Config struct {
 	// Listen is the host:port the AgentService listens on (port 0 picks a free one).
 	Listen string
+	// HealthListen, if set, serves the gRPC health service alone, in plaintext, for probes
+	// that cannot speak TLS (Kubernetes' gRPC probes) while Listen requires it.
+	HealthListen string
 	// SearchAddr is the search service's gRPC target, which serves the tools.
 	SearchAddr string
 	// SearchKey is the service credential the agent presents to the search service
@@ -48,6 +51,7 @@ type Config struct {
 // RegisterFlags registers every agent flag with its default.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:7702", "address to serve the AgentService on (host:port)")
+	fs.StringVar(&c.HealthListen, "health-listen", "", `address serving only the gRPC health service, in plaintext, for probes that cannot speak TLS ("" = off; -listen serves health too)`)
 	fs.StringVar(&c.SearchAddr, "search-addr", "127.0.0.1:7701", "gRPC address of the search service (the agent's read-only tools)")
 	fs.StringVar(&c.SearchKey, "search-key", "", "API key to present to the search service (when it requires keys); never logged")
 	fs.StringVar(&c.AuthKeys, "auth-keys", "", `JSON file of API keys allowed to call (name, sha256, knowledge_bases); "" = no key needed`)
@@ -114,6 +118,11 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		log.Info("agent serving", "addr", lis.Addr().String(), "llm", cfg.LLM, "search", cfg.SearchAddr)
 	}
 	s := grpcx.NewServer(log, append([]grpc.ServerOption{tlsOpt}, grpcx.WithAuth(policy)...)...)
+	if cfg.HealthListen != "" {
+		if _, err := s.HealthOn(cfg.HealthListen); err != nil {
+			return err
+		}
+	}
 	quarryv1.RegisterAgentServiceServer(s.Server, server.New(answerer))
 	s.SetServing(quarryv1.AgentService_ServiceDesc.ServiceName)
 	if ready != nil {

@@ -30,6 +30,9 @@ import (
 // Config is the search service's configuration.
 type Config struct {
 	Listen string
+	// HealthListen, if set, serves the gRPC health service alone, in plaintext, for probes
+	// that cannot speak TLS (Kubernetes' gRPC probes) while Listen requires it.
+	HealthListen string
 	// MetricsAddr serves Prometheus /metrics when set.
 	MetricsAddr string
 	// AuthKeys is a JSON file of API keys (platform/auth.Key); empty leaves the service
@@ -50,6 +53,7 @@ type Config struct {
 // RegisterFlags registers every flag with its default.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:7701", "address to serve the SearchService on (host:port)")
+	fs.StringVar(&c.HealthListen, "health-listen", "", `address serving only the gRPC health service, in plaintext, for probes that cannot speak TLS ("" = off; -listen serves health too)`)
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", `address to serve Prometheus /metrics on ("" = off)`)
 	fs.StringVar(&c.AuthKeys, "auth-keys", "", `JSON file of API keys allowed to call (name, sha256, knowledge_bases, write); "" = no key needed`)
 	c.TLS.RegisterFlags(fs)
@@ -161,6 +165,11 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	opts := append([]grpc.ServerOption{tlsOpt}, grpcx.WithAuth(policy)...)
 	opts = append(opts, grpcx.WithLimits(limit.New(cfg.Limits, time.Now), grpcx.Methods("/"+quarryv1.KnowledgeService_ServiceDesc.ServiceName+"/"))...)
 	s := grpcx.NewServer(log, opts...)
+	if cfg.HealthListen != "" {
+		if _, err := s.HealthOn(cfg.HealthListen); err != nil {
+			return err
+		}
+	}
 	searchSrv := server.New(reg, resolve.New(cfg.Resolve, reg, time.Now), log)
 	searchSrv.StopWatchesOn(s.Draining())
 	quarryv1.RegisterSearchServiceServer(s.Server, searchSrv)
