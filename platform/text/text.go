@@ -105,6 +105,20 @@ func Stem(word string) string {
 	return env.Current()
 }
 
+// StemMemo remembers the stems it has computed: analysing a corpus stems the same few
+// thousand words millions of times. Not safe for concurrent use.
+type StemMemo map[string]string
+
+// Stem returns Stem(word), computed once per word.
+func (m StemMemo) Stem(word string) string {
+	st, ok := m[word]
+	if !ok {
+		st = Stem(word)
+		m[word] = st
+	}
+	return st
+}
+
 // Stems returns the de-duplicated stems of tokens, in order.
 func Stems(tokens []string) []string {
 	out := make([]string, 0, len(tokens))

@@ -66,7 +66,7 @@ func docStemsAll(docs []*tree.Document) [][]string {
 	var wg sync.WaitGroup
 	for range max(1, min(runtime.GOMAXPROCS(0), len(docs))) {
 		wg.Go(func() {
-			memo := make(map[string]string, 1<<14)
+			memo := make(text.StemMemo, 1<<14)
 			for i := range next {
 				if docs[i] != nil {
 					out[i] = docStems(docs[i], memo)
@@ -96,7 +96,7 @@ func DocStems(d *tree.Document) []string {
 }
 
 // docStems is DocStems with a memo of stems already computed.
-func docStems(d *tree.Document, memo map[string]string) []string {
+func docStems(d *tree.Document, memo text.StemMemo) []string {
 	words := text.Words(d.Title + " " + engine.PathText(d.Path) + " " + d.Content)
 	seen := make(map[string]struct{}, 256)
 	out := make([]string, 0, 256)
@@ -104,11 +104,7 @@ func docStems(d *tree.Document, memo map[string]string) []string {
 		if text.IsStopWord(w) {
 			continue
 		}
-		st, ok := memo[w]
-		if !ok {
-			st = text.Stem(w)
-			memo[w] = st
-		}
+		st := memo.Stem(w)
 		if _, dup := seen[st]; dup {
 			continue
 		}

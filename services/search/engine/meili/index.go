@@ -135,7 +135,7 @@ func (ix *Index) open(ctx context.Context, docs []engine.Doc) error {
 	if err != nil {
 		return err
 	}
-	memo := map[string]string{}
+	memo := text.StemMemo{}
 	want := make(map[string]bool, len(docs))
 	var send []document
 	for _, d := range docs {
@@ -369,7 +369,7 @@ func (ix *Index) wait(ctx context.Context, info *meilisearch.TaskInfo, what stri
 func (ix *Index) Apply(ctx context.Context, changes []engine.Change) error {
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
-	memo := map[string]string{}
+	memo := text.StemMemo{}
 	var send []document
 	var drop []string
 	delta := map[string]int{}
@@ -798,7 +798,7 @@ func docID(path string) string {
 
 // analyse turns a document into what the index stores, and returns the stems of its
 // title and content (the words the index "knows").
-func analyse(d engine.Doc, memo map[string]string) (document, []string) {
+func analyse(d engine.Doc, memo text.StemMemo) (document, []string) {
 	title, ts := stems(d.Title, memo)
 	content, cs := stems(d.Content, memo)
 	pathText, _ := stems(engine.PathText(d.Path), memo)
@@ -833,19 +833,14 @@ func analyse(d engine.Doc, memo map[string]string) (document, []string) {
 }
 
 // stems returns s as space-separated stems of its non-stop words, and the stems.
-func stems(s string, memo map[string]string) (string, []string) {
+func stems(s string, memo text.StemMemo) (string, []string) {
 	words := text.Words(s)
 	out := words[:0]
 	for _, w := range words {
 		if text.IsStopWord(w) {
 			continue
 		}
-		st, ok := memo[w]
-		if !ok {
-			st = text.Stem(w)
-			memo[w] = st
-		}
-		out = append(out, st)
+		out = append(out, memo.Stem(w))
 	}
 	return strings.Join(out, " "), out
 }
