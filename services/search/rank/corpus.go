@@ -35,26 +35,37 @@ func NewCorpus(docs []*tree.Document) *Corpus {
 		if d == nil {
 			continue
 		}
-		if old, dup := c.docs[d.Path]; dup {
-			for _, id := range old {
-				c.df[id]--
-			}
-		}
-		ids := make([]uint32, 0, len(stems))
-		for _, s := range stems {
-			id, ok := c.vocab[s]
-			if !ok {
-				id = uint32(len(c.df))
-				c.vocab[s] = id
-				c.df = append(c.df, 0)
-			}
-			c.df[id]++
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		c.docs[d.Path] = slices.Clip(ids)
+		c.put(d.Path, stems)
 	}
 	return c
+}
+
+// put counts the document at path with its distinct stems, replacing what it had.
+func (c *Corpus) put(path string, stems []string) {
+	c.remove(path)
+	ids := make([]uint32, 0, len(stems))
+	for _, s := range stems {
+		id, ok := c.vocab[s]
+		if !ok {
+			id = uint32(len(c.df))
+			c.vocab[s] = id
+			c.df = append(c.df, 0)
+		}
+		c.df[id]++
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	c.docs[path] = slices.Clip(ids)
+}
+
+// remove uncounts the document at path, if there is one.
+func (c *Corpus) remove(path string) {
+	if old, ok := c.docs[path]; ok {
+		for _, id := range old {
+			c.df[id]--
+		}
+		delete(c.docs, path)
+	}
 }
 
 // docStemsAll returns DocStems of every document, computed on every core. A KB repeats

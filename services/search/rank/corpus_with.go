@@ -17,38 +17,15 @@ func (c *Corpus) With(upserts []*tree.Document, deletes []string) *Corpus {
 		df:    slices.Clone(c.df),
 		docs:  maps.Clone(c.docs),
 	}
-	drop := func(p string) {
-		if old, ok := n.docs[p]; ok {
-			for _, id := range old {
-				n.df[id]--
-			}
-			delete(n.docs, p)
-		}
-	}
 	for _, p := range deletes {
-		drop(p)
+		n.remove(p)
 	}
 	// One goroutine, unlike NewCorpus: a write runs beside queries, which need the other
 	// cores more than a large sync needs to finish a second sooner.
 	for _, d := range upserts {
-		if d == nil {
-			continue
+		if d != nil {
+			n.put(d.Path, DocStems(d))
 		}
-		drop(d.Path)
-		stems := DocStems(d)
-		ids := make([]uint32, 0, len(stems))
-		for _, s := range stems {
-			id, ok := n.vocab[s]
-			if !ok {
-				id = uint32(len(n.df))
-				n.vocab[s] = id
-				n.df = append(n.df, 0)
-			}
-			n.df[id]++
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		n.docs[d.Path] = slices.Clip(ids)
 	}
 	return n
 }
