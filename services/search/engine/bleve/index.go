@@ -245,21 +245,9 @@ func bm25Stats(docs []engine.Doc) *search.BM25Stats {
 		return nil
 	}
 	// The folders field is a non-scoring filter, but Bleve wants a stat for every field.
-	st := &search.BM25Stats{DocCount: float64(len(docs)), FieldCardinality: map[string]int{fieldFolders: len(docs)}}
+	st := &search.BM25Stats{FieldCardinality: map[string]int{fieldFolders: 0}}
 	for _, d := range docs {
-		for name, v := range fields(d) {
-			txt, ok := v.(string)
-			if !ok {
-				continue
-			}
-			n := 0
-			for _, w := range strings.Fields(txt) {
-				if !text.IsStopWord(w) {
-					n++
-				}
-			}
-			st.FieldCardinality[name] += n
-		}
+		count(st, d, 1)
 	}
 	return st
 }
