@@ -285,7 +285,7 @@ func (c Config) EntityTerms(words []string) []string {
 		if len(out) == c.EntityMaxTerms {
 			break
 		}
-		if utf8.RuneCountInString(w) < c.EntityMinLen || stopWord(w) || slices.Contains(out, w) {
+		if utf8.RuneCountInString(w) < c.EntityMinLen || text.IsStopWord(w) || slices.Contains(out, w) {
 			continue
 		}
 		out = append(out, w)
@@ -389,7 +389,7 @@ func (c Config) OutOfDomain(in OODInput) (rule string, ood bool) {
 	literal := func(w string) bool { return in.Literal != nil && in.Literal(w) }
 	if c.OODWrittenNames && in.Written != nil && in.InKB != nil && best < c.OODWrittenNameMax {
 		for _, w := range in.Terms {
-			if utf8.RuneCountInString(w) >= c.OODWrittenNameMinLen && !stopWord(w) && !literal(w) && in.Written(w) && !in.InKB(text.Stem(w)) {
+			if utf8.RuneCountInString(w) >= c.OODWrittenNameMinLen && !text.IsStopWord(w) && !literal(w) && in.Written(w) && !in.InKB(text.Stem(w)) {
 				return RuleUnmatchedTerm, true
 			}
 		}
@@ -404,7 +404,7 @@ func (c Config) OutOfDomain(in OODInput) (rule string, ood bool) {
 	if in.Contains != nil && (!in.AllTermsMatched || c.OODUnfamiliarAllTerms) {
 		unfamiliar := 0
 		for _, w := range in.Terms {
-			if utf8.RuneCountInString(w) < c.OODTermMinLen || stopWord(w) || literal(w) {
+			if utf8.RuneCountInString(w) < c.OODTermMinLen || text.IsStopWord(w) || literal(w) {
 				continue
 			}
 			stem := text.Stem(w)
@@ -432,7 +432,7 @@ func (c Config) OutOfDomain(in OODInput) (rule string, ood bool) {
 	if c.OODRareNameShare > 0 && unmatched && in.Contains != nil && in.Written != nil && in.DF != nil {
 		most := max(1, int(c.OODRareNameShare*float64(in.Files)))
 		for _, w := range in.Terms {
-			if utf8.RuneCountInString(w) < c.OODWrittenNameMinLen || stopWord(w) || literal(w) || !in.Written(w) {
+			if utf8.RuneCountInString(w) < c.OODWrittenNameMinLen || text.IsStopWord(w) || literal(w) || !in.Written(w) {
 				continue
 			}
 			stem := text.Stem(w)
@@ -470,7 +470,7 @@ func (c Config) uncoveredSubject(in OODInput, top []rank.Result, literal func(st
 			continue
 		}
 		j := i + 1
-		for j < len(in.Words) && !stopWord(in.Words[j]) {
+		for j < len(in.Words) && !text.IsStopWord(in.Words[j]) {
 			j++
 		}
 		if j == i+1 {
@@ -487,7 +487,7 @@ func (c Config) uncoveredSubject(in OODInput, top []rank.Result, literal func(st
 	var stems []string
 	var total float64
 	for _, w := range in.Terms {
-		if stopWord(w) || literal(w) {
+		if text.IsStopWord(w) || literal(w) {
 			continue
 		}
 		if s := text.Stem(w); !slices.Contains(stems, s) {
@@ -512,14 +512,11 @@ func (c Config) uncoveredSubject(in OODInput, top []rank.Result, literal func(st
 	return true
 }
 
-// stopWord reports whether a question word carries no meaning.
-func stopWord(w string) bool { return text.IsStopWord(w) }
-
 // contentWords counts the words of a question that carry meaning.
 func contentWords(terms []string, literal func(string) bool) int {
 	n := 0
 	for _, w := range terms {
-		if !stopWord(w) && !literal(w) {
+		if !text.IsStopWord(w) && !literal(w) {
 			n++
 		}
 	}
