@@ -83,20 +83,8 @@ func splitSections(content, title string) []section {
 			para = nil
 		}
 	}
-	fence := ""
-	for line := range strings.Lines(content) {
-		line = strings.TrimRight(line, "\r\n")
-		trimmed := strings.TrimSpace(line)
-		if fence != "" {
-			if strings.HasPrefix(trimmed, fence) {
-				fence = ""
-			}
-			continue
-		}
+	for _, trimmed := range tree.BodyLines(content) {
 		switch {
-		case strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~"):
-			flushPara()
-			fence = trimmed[:3]
 		case strings.HasPrefix(trimmed, "#"):
 			flushPara()
 			h := strings.TrimSpace(strings.TrimLeft(trimmed, "#"))

@@ -187,7 +187,6 @@ var (
 func describe(content string, max int) string {
 	var sentences []string
 	total := 0
-	fence := ""
 	var para []string
 	flush := func() {
 		if len(para) == 0 {
@@ -200,23 +199,11 @@ func describe(content string, max int) string {
 			total += utf8.RuneCountInString(s) + 1
 		}
 	}
-	for line := range strings.Lines(content) {
+	for line, trimmed := range tree.BodyLines(content) {
 		if total > max {
 			break // enough text to choose from
 		}
-		line = strings.TrimRight(line, "\r\n")
-		trimmed := strings.TrimSpace(line)
-		if fence != "" {
-			if strings.HasPrefix(trimmed, fence) {
-				fence = ""
-			}
-			continue
-		}
 		switch {
-		case strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~"):
-			flush()
-			fence = trimmed[:3]
-			continue
 		case trimmed == "", strings.HasPrefix(trimmed, "#"), strings.HasPrefix(trimmed, "|"), ruleRe.MatchString(trimmed):
 			flush()
 			continue
