@@ -76,7 +76,8 @@ func TestOneTraceSpansTheChain(t *testing.T) {
 	}{
 		{"quarry.v1.SearchService/Resolve", trace.SpanKindClient},
 		{"quarry.v1.SearchService/Resolve", trace.SpanKindServer},
-		{"search.resolve", trace.SpanKindInternal},
+		{"search.search", trace.SpanKindInternal},
+		{"search.gate", trace.SpanKindInternal},
 		{"quarry.v1.AgentService/Answer", trace.SpanKindClient},
 		{"quarry.v1.AgentService/Answer", trace.SpanKindServer},
 		{"quarry.v1.SearchService/Search", trace.SpanKindServer}, // the agent's search tool
@@ -95,6 +96,25 @@ func TestOneTraceSpansTheChain(t *testing.T) {
 			parent, ok := byID[s.Parent.SpanID()]
 			if !ok || parent.SpanKind != trace.SpanKindClient {
 				t.Errorf("server span %q's parent is not a client span", want.name)
+			}
+		}
+	}
+	// The search stages are children of the search service's server span, which
+	// carries the routing decision.
+	resolve := findIn(byID, "quarry.v1.SearchService/Resolve", trace.SpanKindServer)
+	if resolve != nil {
+		decision := map[string]string{}
+		for _, a := range resolve.Attributes {
+			decision[string(a.Key)] = a.Value.Emit()
+		}
+		for _, k := range []string{"quarry.route", "quarry.gate.decision", "quarry.top_path", "quarry.kb"} {
+			if decision[k] == "" {
+				t.Errorf("search server span lacks %s: %v", k, decision)
+			}
+		}
+		for _, name := range []string{"search.search", "search.gate"} {
+			if s := findIn(byID, name, trace.SpanKindInternal); s != nil && s.Parent.SpanID() != resolve.SpanContext.SpanID() {
+				t.Errorf("span %s is not a child of the search server span", name)
 			}
 		}
 	}

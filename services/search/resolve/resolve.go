@@ -210,8 +210,11 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 		return nil, err
 	}
 	res := &Result{KB: k}
-	ctx, span := tracer.Start(ctx, "search.resolve", trace.WithAttributes(attribute.String("quarry.kb", kbID)))
-	defer func() { annotate(span, res); span.End() }()
+	// The decision goes on the caller's span, the search service's gRPC server span,
+	// rather than a span of its own: at 100 % sampling every span costs CPU to start,
+	// export and collect, and a resolve span would only repeat the server span's timing.
+	span := trace.SpanFromContext(ctx)
+	defer annotate(span, kbID, res)
 	clock := newClock(ctx)
 
 	pq, err := r.parse(k, q, "")
@@ -477,12 +480,14 @@ func paths(rs []rank.Result) []string {
 
 var tracer = otel.Tracer("github.com/quarry-router/quarry/services/search/resolve")
 
-// annotate puts the routing decision on the resolve span, where a trace viewer shows it.
-func annotate(span trace.Span, res *Result) {
+// annotate puts the routing decision on the span of the call that asked for it, where
+// a trace viewer shows it.
+func annotate(span trace.Span, kbID string, res *Result) {
 	if !span.IsRecording() || res == nil {
 		return
 	}
 	attrs := []attribute.KeyValue{
+		attribute.String("quarry.kb", kbID),
 		attribute.String("quarry.route", res.Route.String()),
 		attribute.String("quarry.ood_rule", res.Trace.OODRule),
 		attribute.String("quarry.gate.decision", res.Trace.Decision.Reason),
@@ -502,13 +507,21 @@ func annotate(span trace.Span, res *Result) {
 	span.SetAttributes(attrs...)
 }
 
-// clock times consecutive stages, for the explain trace and as child spans of the
-// resolve span (recorded when each stage ends, with its true start time).
+// clock times consecutive stages, for the explain trace, and records the stages that
+// search or decide as child spans of the caller's span (when each stage ends, with its
+// true start time).
 type clock struct {
 	ctx  context.Context
 	now  func() time.Time
 	last time.Time
 }
+
+// tracedStages are the stages that become spans: the searches and the gate (the
+// out-of-domain check and the direct-answer gate), where a trace reader looks for what
+// was found and why it routed so. Parsing, ranking and writing the answer take tens of
+// microseconds each; their times stay in the explain trace (Result.Stages), and a span
+// for each would add a third to the spans of every traced query.
+var tracedStages = map[string]bool{"search": true, "entity_search": true, "gate": true}
 
 // newClock uses the wall clock even when the resolver has a fixed one for recency.
 func newClock(ctx context.Context) *clock { return &clock{ctx: ctx, now: time.Now, last: time.Now()} }
@@ -516,7 +529,7 @@ func newClock(ctx context.Context) *clock { return &clock{ctx: ctx, now: time.No
 func (c *clock) stage(stages *[]Stage, name, outcome string) {
 	t := c.now()
 	*stages = append(*stages, Stage{Name: name, Duration: t.Sub(c.last), Outcome: outcome})
-	if trace.SpanFromContext(c.ctx).IsRecording() {
+	if tracedStages[name] && trace.SpanFromContext(c.ctx).IsRecording() {
 		_, span := tracer.Start(c.ctx, "search."+name, trace.WithTimestamp(c.last),
 			trace.WithAttributes(attribute.String("quarry.outcome", outcome)))
 		span.End(trace.WithTimestamp(t))
