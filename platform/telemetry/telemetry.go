@@ -24,7 +24,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/propagation"
@@ -130,9 +129,9 @@ func spanExporter(ctx context.Context, getenv func(string) string) (sdktrace.Spa
 	case "", "none":
 		return nil, nil
 	case "otlp":
-		exp, err := otlptracegrpc.New(ctx)
+		exp, err := newOTLPExporter(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("telemetry otlp traces: %w", err)
+			return nil, fmt.Errorf("telemetry: %w", err)
 		}
 		return exp, nil
 	case "console":

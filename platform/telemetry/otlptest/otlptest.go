@@ -40,11 +40,12 @@ type Collector struct {
 	// does no more work per span than decoding the request.
 	keep bool
 
-	mu      sync.Mutex
-	spans   []Span
-	byName  map[string]int
-	total   int
-	exports int
+	mu       sync.Mutex
+	requests []*coltracepb.ExportTraceServiceRequest
+	spans    []Span
+	byName   map[string]int
+	total    int
+	exports  int
 }
 
 // Start runs a collector that keeps every span it receives.
@@ -77,6 +78,9 @@ func (c *Collector) Export(_ context.Context, req *coltracepb.ExportTraceService
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.exports++
+	if c.keep {
+		c.requests = append(c.requests, req)
+	}
 	for _, rs := range req.GetResourceSpans() {
 		service := ""
 		for _, kv := range rs.GetResource().GetAttributes() {
@@ -115,6 +119,13 @@ func (c *Collector) Spans() []Span {
 	return append([]Span(nil), c.spans...)
 }
 
+// Requests returns the export requests received so far, as decoded.
+func (c *Collector) Requests() []*coltracepb.ExportTraceServiceRequest {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*coltracepb.ExportTraceServiceRequest(nil), c.requests...)
+}
+
 // Count returns how many spans arrived, and how many of them were named name ("" for
 // the total only).
 func (c *Collector) Count(name string) (total, named int) {
@@ -134,7 +145,7 @@ func (c *Collector) Exports() int {
 func (c *Collector) Reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.spans, c.byName, c.total, c.exports = nil, map[string]int{}, 0, 0
+	c.requests, c.spans, c.byName, c.total, c.exports = nil, nil, map[string]int{}, 0, 0
 }
 
 func value(v *commonpb.AnyValue) string {
