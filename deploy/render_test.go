@@ -203,7 +203,10 @@ func checkTLSProbes(t *testing.T, objs []runtime.Object) {
 			continue
 		}
 		c := d.Spec.Template.Spec.Containers[0]
-		for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe, "startup": c.StartupProbe} {
+			if name == "startup" && p == nil {
+				continue // optional; when there, it must use the health port too
+			}
 			if p == nil || p.GRPC == nil || fmt.Sprint(p.GRPC.Port) != port {
 				t.Errorf("%s serves TLS: its %s probe must use the plaintext health port %s", d.Name, name, port)
 			}
