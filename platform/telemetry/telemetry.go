@@ -79,7 +79,11 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	}
 	if exp != nil {
 		t.Tracing = true
-		proc := sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second))
+		bc, err := batcherConfigFromEnv(getenv, time.Second)
+		if err != nil {
+			return nil, fmt.Errorf("telemetry: %w", err)
+		}
+		proc := sdktrace.WithSpanProcessor(newBatcher(exp, bc))
 		if cfg.SpanExporter != nil && !cfg.Batch {
 			// Tests read spans as soon as a call returns.
 			proc = sdktrace.WithSyncer(exp)
