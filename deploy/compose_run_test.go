@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"path/filepath"
 	"slices"
@@ -390,7 +389,7 @@ func (r *composeRun) volumes(name string, s types.ServiceConfig, img *image, ctr
 				}
 				break
 			}
-			if err := r.imageFolder(*from, host); err != nil {
+			if err := imageFolder(*from, host); err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
 		default:
@@ -404,7 +403,7 @@ func (r *composeRun) volumes(name string, s types.ServiceConfig, img *image, ctr
 			continue
 		}
 		host := filepath.Join(ctrRoot, "img"+strconv.Itoa(i))
-		if err := r.imageFolder(c, host); err != nil {
+		if err := imageFolder(c, host); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		mounts = append(mounts, mount{ctr: filepath.Clean(c.Dst), host: host})
@@ -413,16 +412,10 @@ func (r *composeRun) volumes(name string, s types.ServiceConfig, img *image, ctr
 }
 
 // imageFolder lays out what one image COPY puts at its destination, with its owner.
-func (r *composeRun) imageFolder(c imageCopy, host string) error {
+func imageFolder(c imageCopy, host string) error {
 	o, err := userOf(c.Chown)
 	if err != nil {
 		return err
 	}
-	if c.Empty {
-		return mkdir(host, o, 0o755)
-	}
-	if err := copyTree(filepath.Join(r.project.WorkingDir, c.Src), host, o, 0o755); err != nil {
-		return fmt.Errorf("image COPY %s: %w", c.Src, err)
-	}
-	return nil
+	return c.layOut(host, o)
 }

@@ -81,6 +81,18 @@ type imageCopy struct {
 	Empty bool
 }
 
+// layOut puts into host what the COPY puts at its destination, owned by o: the files
+// from the repository (the build context), or the empty folder.
+func (c imageCopy) layOut(host string, o owner) error {
+	if c.Empty {
+		return mkdir(host, o, 0o755)
+	}
+	if err := copyTree(filepath.Join("..", c.Src), host, o, 0o755); err != nil {
+		return fmt.Errorf("image COPY %s: %w", c.Src, err)
+	}
+	return nil
+}
+
 // images are the three Quarry images, by the name compose and the manifests give them.
 var images = map[string]string{
 	"gateway": "gateway/Dockerfile",

@@ -603,12 +603,7 @@ func (r *overlayRun) mounts(pod string, ps *corev1.PodSpec, c corev1.Container, 
 		if readOnlyRoot {
 			o = owner{0, 0}
 		}
-		if cp.Empty {
-			err = mkdir(host, o, 0o755)
-		} else {
-			err = copyTree(filepath.Join("..", cp.Src), host, o, 0o755)
-		}
-		if err != nil {
+		if err := cp.layOut(host, o); err != nil {
 			t.Fatalf("%s: image %s: %v", pod, cp.Dst, err)
 		}
 		mounts = append(mounts, mount{ctr: filepath.Clean(cp.Dst), host: host})
