@@ -43,8 +43,8 @@ type spanGroup struct {
 // maxCached bounds the encoded resources and scopes kept: a process has a handful.
 const maxCached = 64
 
-// maxKeptBuffer bounds the buffer kept between exports: a batch of the default 512
-// spans takes a few hundred KiB.
+// maxKeptBuffer bounds each buffer kept between exports, the encoder's and the
+// request codec's: a batch of the default 512 spans takes a few hundred KiB.
 const maxKeptBuffer = 4 << 20
 
 // OTLP field numbers (opentelemetry/proto/trace/v1/trace.proto, common/v1/common.proto).

@@ -110,15 +110,11 @@ func (c *requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 
 func (c *requestCodec) Name() string { return "proto" }
 
-// maxSpare bounds the buffer kept between exports: a batch of the default 512 spans
-// takes a few hundred KiB.
-const maxSpare = 4 << 20
-
 // reuse takes back the buffer of the request just answered: the server has read all
 // of it, so gRPC holds none of it.
 func (c *requestCodec) reuse() {
 	c.mu.Lock()
-	if cap(c.sent) <= maxSpare {
+	if cap(c.sent) <= maxKeptBuffer {
 		c.spare = c.sent
 	}
 	c.sent = nil
