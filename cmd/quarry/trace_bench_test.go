@@ -49,9 +49,11 @@ var (
 // on is the SDK with the batch span processor and the OTLP exporter. Metrics are on in
 // both modes, as in a deployment: only tracing differs. The collector runs in a
 // process of its own (this test binary again), as a real one would, but it shares the
-// machine's cores; at a lower priority it falls behind and the batch processor drops
-// spans, which would flatter tracing, so it runs at normal priority and the benchmark
-// fails if a round's spans do not all arrive.
+// machine's cores, which a real collector does not: so it counts spans by their names
+// on the wire and decodes nothing else (otlptest.StartCounting), and runs on one P, and
+// its CPU per iteration is printed. At a lower priority it falls behind and the batch
+// processor drops spans, which would flatter tracing, so it runs at normal priority and
+// the benchmark fails if a round's spans do not all arrive.
 //
 // Each round runs b.N iterations per mode, alternating which mode goes first, so that
 // drift (caches filling, other load on the machine) falls on both. Each round gives
@@ -232,7 +234,7 @@ func BenchmarkTracingOverhead(b *testing.B) {
 	total, _, exports := col.count("")
 	onIterations := *traceRounds*b.N + min(b.N, 200)
 	fmt.Printf("tracing overhead: %d rounds × %d iterations per mode; %d spans exported in %d OTLP requests (%.1f spans per iteration on);"+
-		" the collector process decoding them used %.1f µs of CPU per iteration on\n",
+		" the collector process counting them used %.1f µs of CPU per iteration on\n",
 		*traceRounds, b.N, total, exports, float64(total)/float64(onIterations), us(col.cpu()-collectorCPU)/float64(onIterations))
 	for _, m := range []struct {
 		name string
@@ -317,7 +319,9 @@ const querySpanName = "quarry.v1.QueryService/Query"
 
 func startCollectorProcess(b *testing.B) *collectorProcess {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestOTLPCollectorProcess$")
-	cmd.Env = append(os.Environ(), collectorProcessEnv+"=1")
+	// One P: the collector's work is one request at a time, and with more the Go
+	// scheduler spins threads looking for work on the cores the services run on.
+	cmd.Env = append(os.Environ(), collectorProcessEnv+"=1", "GOMAXPROCS=1")
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
