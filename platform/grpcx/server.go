@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"time"
 
@@ -90,6 +91,7 @@ func NewServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.NumStreamWorkers(streamWorkers()),
 		grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(rec), logging.UnaryServerInterceptor(logger, logOpts...)),
 		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(rec), logging.StreamServerInterceptor(logger, logOpts...)),
 		// Spans and RPC metrics for every call, continuing the caller's trace. With
@@ -107,6 +109,14 @@ func NewServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
 	reflection.Register(s.Server)
 	return s
 }
+
+// streamWorkers is how many goroutines serve calls, reused from call to call. A call
+// served on a new goroutine starts on a small stack that grows, copied each time, as
+// the call goes down through interceptors, stats handlers and the handler: 4–5 % of
+// the services' CPU in profiles. A worker keeps its grown stack. When every worker is
+// busy, a call gets a goroutine of its own, as without workers; so the count bounds
+// nothing, and a few per core cover the calls that are running rather than waiting.
+func streamWorkers() uint32 { return uint32(4 * runtime.GOMAXPROCS(0)) }
 
 // traced keeps out of traces the calls that are not requests: health checks (probes
 // every few seconds) and Watch streams (Health.Watch, SearchService.WatchGenerations),
