@@ -111,9 +111,11 @@ func (in *instruments) sets(k outcomeKey) *outcomeSets {
 func (in *instruments) record(ctx context.Context, span trace.Span, resp *quarryv1.QueryResponse, elapsed time.Duration) {
 	s := in.sets(outcomeKey{resp.GetTier(), resp.GetOriginTier(), resp.GetFromCache(), resp.GetDegraded()})
 	if span.IsRecording() {
-		span.SetAttributes(s.attrs...)
-		span.SetAttributes(attribute.String("quarry.kb", resp.GetKnowledgeBase()),
-			attribute.Int64("quarry.generation", int64(resp.GetGeneration())))
+		// One call: each SetAttributes that outgrows the span's slice reallocates it.
+		attrs := make([]attribute.KeyValue, 0, len(s.attrs)+2)
+		attrs = append(attrs, s.attrs...)
+		span.SetAttributes(append(attrs, attribute.String("quarry.kb", resp.GetKnowledgeBase()),
+			attribute.Int64("quarry.generation", int64(resp.GetGeneration())))...)
 	}
 	in.queries.Add(ctx, 1, s.all)
 	in.latency.Record(ctx, float64(elapsed.Microseconds())/1000, s.tier)
