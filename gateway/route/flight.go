@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/quarry-router/quarry/platform/workers"
 )
 
 // group coalesces concurrent identical work into one flight per key. Unlike
@@ -14,6 +16,9 @@ import (
 // one caller and is cancelled only when every caller waiting for it has gone, which is
 // how a speculative search is cancelled when a cache answers first.
 type group[T any] struct {
+	// pool runs the flights; nil runs each on a goroutine of its own.
+	pool *workers.Pool
+
 	mu sync.Mutex
 	m  map[string]*flight[T]
 }
@@ -52,7 +57,7 @@ func (g *group[T]) join(ctx context.Context, key string, timeout time.Duration,
 	g.m[key] = f
 	g.mu.Unlock()
 
-	go func() {
+	g.spawn(func() {
 		defer cancel()
 		v, err := run(fctx, f.publish, fn)
 		f.val, f.err = v, err
@@ -65,8 +70,16 @@ func (g *group[T]) join(ctx context.Context, key string, timeout time.Duration,
 			delete(g.m, key)
 		}
 		g.mu.Unlock()
-	}()
+	})
 	return f
+}
+
+func (g *group[T]) spawn(f func()) {
+	if g.pool == nil {
+		go f()
+		return
+	}
+	g.pool.Go(f)
 }
 
 // run calls fn, turning a panic into an error: a flight's goroutine has no caller

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -15,9 +14,12 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/quarry-router/quarry/gateway/cache"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/text"
+	"github.com/quarry-router/quarry/platform/workers"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -60,7 +62,11 @@ func New(cfg Config, store cache.Store, res Resolver, agent Agent, gens Generati
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Router{cfg: cfg, store: store, res: res, agent: agent, gens: gens, log: log, metrics: newInstruments()}
+	// A flight's goroutine calls down through gRPC and its stats handlers; kept
+	// goroutines spare it growing a stack each time.
+	pool := workers.New()
+	return &Router{cfg: cfg, store: store, res: res, agent: agent, gens: gens, log: log, metrics: newInstruments(),
+		resolves: group[resolved]{pool: pool}, answers: group[answered]{pool: pool}}
 }
 
 // resolved is the outcome of one Resolve flight.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quarry-router/quarry/platform/text"
+	"github.com/quarry-router/quarry/platform/workers"
 	"github.com/quarry-router/quarry/services/search/answer"
 	"github.com/quarry-router/quarry/services/search/engine"
 	"github.com/quarry-router/quarry/services/search/gate"
@@ -94,11 +95,14 @@ type Resolver struct {
 	cfg Config
 	reg *kb.Registry
 	now func() time.Time
+	// pool runs the entity searches, each deep in the engine: kept goroutines spare
+	// each one growing a stack.
+	pool *workers.Pool
 }
 
 // New returns a resolver.
 func New(cfg Config, reg *kb.Registry, now func() time.Time) *Resolver {
-	return &Resolver{cfg: cfg, reg: reg, now: now}
+	return &Resolver{cfg: cfg, reg: reg, now: now, pool: workers.New()}
 }
 
 // query is a question split into what the engine searches for.
@@ -393,8 +397,12 @@ func (r *Resolver) entitySearch(ctx context.Context, k *kb.KB, scope string, ent
 		out = make([][]engine.Hit, len(qs))
 		errs := make([]error, len(qs))
 		var wg sync.WaitGroup
+		wg.Add(len(qs))
 		for i, q := range qs {
-			wg.Go(func() { out[i], errs[i] = k.Engine.Search(ctx, q) })
+			r.pool.Go(func() {
+				defer wg.Done()
+				out[i], errs[i] = k.Engine.Search(ctx, q)
+			})
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
