@@ -42,7 +42,7 @@ const (
 	// entry, and so does the test, adding a key of its own.
 	apiKeysSecret, apiKeysFile = "quarry-api-keys", "api-keys.json"
 	// operatorLLM is the model endpoint the test configures for the agent (the overlays
-	// leave it to the operator; quarry-secrets holds only its key): an Ollama in another
+	// leave quarry-config's LLM settings empty for the operator to fill): an Ollama in another
 	// namespace, played by the stand-in model, so the agent's tools call search as
 	// deployed (over mutual TLS in prod).
 	operatorLLM = "ollama.llm.svc.cluster.local:11434"
@@ -168,7 +168,7 @@ func (r *overlayRun) run(dir string) {
 		t.Fatal("no ConfigMap quarry-config")
 	}
 	for k, v := range map[string]string{"QUARRY_AGENT_LLM_BASE_URL": "http://" + operatorLLM + "/v1", "QUARRY_AGENT_LLM_MODEL": "llama3.2"} {
-		if _, set := cfg[k]; !set {
+		if cfg[k] == "" {
 			cfg[k] = v
 		}
 	}
