@@ -84,7 +84,7 @@ func NewServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
 		return status.Error(codes.Internal, "internal error")
 	})
 	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		log.Log(ctx, slog.Level(lvl), msg, fields...)
+		log.Log(ctx, slog.Level(callLevel(lvl, fields)), msg, fields...)
 	})
 	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithLevels(codeToLevel)}
 	base := []grpc.ServerOption{
@@ -132,6 +132,29 @@ func traced(info *stats.RPCTagInfo) bool {
 // codeToLevel logs successful calls at debug (one line per request is only wanted when
 // debugging), caller mistakes and expected refusals at info, and server-side failures
 // at warn or error.
+// callLevel is the level of a call's log line. A Watch stream (Health.Watch,
+// SearchService.WatchGenerations) lives as long as its connection, so it ends with
+// UNAVAILABLE when the server drains and CANCELLED when the client goes: each shutdown
+// or client restart would otherwise log a warning per watcher for the expected end.
+func callLevel(lvl logging.Level, fields []any) logging.Level {
+	if lvl <= logging.LevelDebug {
+		return lvl
+	}
+	var method, code string
+	for i := 0; i+1 < len(fields); i += 2 {
+		switch fields[i] {
+		case "grpc.method":
+			method, _ = fields[i+1].(string)
+		case "grpc.code":
+			code, _ = fields[i+1].(string)
+		}
+	}
+	if strings.HasPrefix(method, "Watch") && (code == codes.Unavailable.String() || code == codes.Canceled.String()) {
+		return logging.LevelDebug
+	}
+	return lvl
+}
+
 func codeToLevel(c codes.Code) logging.Level {
 	switch c {
 	case codes.OK:
