@@ -3,7 +3,6 @@ package grpcx
 import (
 	"context"
 	"log/slog"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -24,16 +23,10 @@ func TestWatchStreamsEndWithoutWarnings(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := &records{}
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
 			s := NewServer(slog.New(logs))
 			s.drain = DrainConfig{Timeout: 100 * time.Millisecond} // the Watch stream holds GracefulStop until cut
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := make(chan error, 1)
-			go func() { done <- s.Serve(ctx, lis) }()
+			lis := loopback(t)
+			stop := run(t, s, lis)
 			conn, err := Dial(lis.Addr().String())
 			if err != nil {
 				t.Fatal(err)
@@ -49,7 +42,7 @@ func TestWatchStreamsEndWithoutWarnings(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.serverGo {
-				cancel()
+				go stop()
 			} else {
 				wcancel()
 			}
@@ -61,8 +54,6 @@ func TestWatchStreamsEndWithoutWarnings(t *testing.T) {
 			if r := logs.find("Watch"); r.Level != slog.LevelDebug {
 				t.Errorf("Watch stream's end logged at %v, want DEBUG: %v", r.Level, r.Message)
 			}
-			cancel()
-			<-done
 		})
 	}
 }

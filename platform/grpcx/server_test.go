@@ -15,15 +15,10 @@ import (
 )
 
 func TestServeReportsHealthAndDrains(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	s.SetServing("quarry.v1.Test")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, lis) }()
+	lis := loopback(t)
+	stop := run(t, s, lis)
 
 	conn, err := Dial(lis.Addr().String())
 	if err != nil {
@@ -41,14 +36,8 @@ func TestServeReportsHealthAndDrains(t *testing.T) {
 		t.Fatalf("status = %v, want SERVING", resp.Status)
 	}
 
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Serve returned %v after drain", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Serve did not return after the context was cancelled")
+	if err := stop(); err != nil {
+		t.Fatalf("Serve returned %v after drain", err)
 	}
 }
 

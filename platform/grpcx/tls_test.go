@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"flag"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,22 +27,24 @@ import (
 // serve runs a Server with opts on a loopback port until the test ends.
 func serve(t testing.TB, opts ...grpc.ServerOption) (addr string, s *Server) {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return serveOn(t, lis, opts...)
+	return serveOn(t, loopback(t), opts...)
 }
 
 // serveEcho is serve with the echo test service registered.
 func serveEcho(t testing.TB, opts ...grpc.ServerOption) string {
 	t.Helper()
+	addr, _ := serveWith(t, loopback(t), func(s *Server) { s.RegisterService(&echoDesc, struct{}{}) }, opts...)
+	return addr
+}
+
+// loopback listens on a free loopback port.
+func loopback(t testing.TB) net.Listener {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, _ := serveWith(t, lis, func(s *Server) { s.RegisterService(&echoDesc, struct{}{}) }, opts...)
-	return addr
+	return lis
 }
 
 func serveOn(t testing.TB, lis net.Listener, opts ...grpc.ServerOption) (addr string, s *Server) {
@@ -52,11 +56,37 @@ func serveWith(t testing.TB, lis net.Listener, register func(*Server), opts ...g
 	s = NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), opts...)
 	register(s)
 	s.SetServing()
+	run(t, s, lis)
+	return lis.Addr().String(), s
+}
+
+// run serves s on lis until the test ends or stop is called. stop cancels Serve's
+// context and returns what Serve returned, failing the test if it does not return
+// within 10 s.
+func run(t testing.TB, s *Server, lis net.Listener) (stop func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, lis) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return lis.Addr().String(), s
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				err = errors.New("Serve did not return within 10 s of its context's end")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return stop
 }
 
 // check calls the health service through conn and returns the status code.
