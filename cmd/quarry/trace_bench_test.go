@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -168,6 +169,7 @@ func BenchmarkTracingOverhead(b *testing.B) {
 		runtime.ReadMemStats(&mem)
 		mallocs, bytes := mem.Mallocs, mem.TotalAlloc
 		cpu := cpuTime()
+		gc := readGC()
 		for range n {
 			q := variant(direct[asked%len(direct)])
 			t := time.Now()
@@ -207,6 +209,7 @@ func BenchmarkTracingOverhead(b *testing.B) {
 				" (run the benchmark alone: -run '^$')", on, got, 2*n, want)
 		}
 		s.cpuPerIter = (cpuTime() - cpu) / time.Duration(n)
+		s.gc = readGC().since(gc, n)
 		runtime.ReadMemStats(&mem)
 		s.allocsPerIter = float64(mem.Mallocs-mallocs) / float64(n)
 		s.bytesPerIter = float64(mem.TotalAlloc-bytes) / float64(n)
@@ -267,6 +270,19 @@ func BenchmarkTracingOverhead(b *testing.B) {
 	fmt.Printf("CPU per iteration (T2 + T0 + echo; services and client, not the collector): off %.1f µs, on %.1f µs, added %+.1f %%\n",
 		medianOf(off, cpu), medianOf(on, cpu), addedCPU)
 	b.ReportMetric(addedCPU, "cpu-added-%")
+	// A round of 300 iterations runs three or four collections, so per-round figures
+	// jump by a third: means over rounds.
+	meanGC := func(rounds []sample, get func(gcUse) float64) float64 {
+		sum := 0.0
+		for _, r := range rounds {
+			sum += get(r.gc)
+		}
+		return sum / float64(len(rounds))
+	}
+	cycles := func(g gcUse) float64 { return g.cyclesPer1000 }
+	gcCPU := func(g gcUse) float64 { return g.cpuPerIter }
+	fmt.Printf("garbage collection: %.1f cycles per 1000 iterations off, %.1f on; its CPU per iteration off %.1f µs, on %.1f µs (%+.1f %%)\n",
+		meanGC(off, cycles), meanGC(on, cycles), meanGC(off, gcCPU), meanGC(on, gcCPU), 100*(meanGC(on, gcCPU)/meanGC(off, gcCPU)-1))
 	allocs := func(s sample) float64 { return s.allocsPerIter }
 	kb := func(s sample) float64 { return s.bytesPerIter / 1024 }
 	fmt.Printf("allocations per iteration: off %.0f (%.0f KiB), on %.0f (%.0f KiB), added %+.1f %% (%+.1f %% bytes)\n",
@@ -381,6 +397,7 @@ func TestOTLPCollectorProcess(t *testing.T) {
 type sample struct {
 	t0, t2, echo []time.Duration
 	cpuPerIter   time.Duration
+	gc           gcUse
 	// Allocations do not depend on what else runs on the machine: the steadiest
 	// measure of what tracing adds.
 	allocsPerIter, bytesPerIter float64
@@ -491,4 +508,31 @@ func (t *switchTracer) Start(ctx context.Context, name string, opts ...trace.Spa
 	}
 	t.once.Do(func() { t.sdk = t.p.sdk.Tracer(t.name, t.opts...) })
 	return t.sdk.Start(ctx, name, opts...)
+}
+
+// gcUse is what the garbage collector did over some iterations.
+type gcUse struct {
+	cyclesPer1000 float64
+	cpuPerIter    float64 // µs, every kind of GC work (mark assists, workers, pauses)
+}
+
+// gcCounters are the runtime's cumulative GC counters.
+type gcCounters struct {
+	cycles uint64
+	cpu    float64 // seconds
+}
+
+var gcSamples = []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/cpu/classes/gc/total:cpu-seconds"}}
+
+func readGC() gcCounters {
+	s := slices.Clone(gcSamples)
+	metrics.Read(s)
+	return gcCounters{cycles: s[0].Value.Uint64(), cpu: s[1].Value.Float64()}
+}
+
+func (c gcCounters) since(before gcCounters, n int) gcUse {
+	return gcUse{
+		cyclesPer1000: 1000 * float64(c.cycles-before.cycles) / float64(n),
+		cpuPerIter:    1e6 * (c.cpu - before.cpu) / float64(n),
+	}
 }
