@@ -14,12 +14,11 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/quarry-router/quarry/gateway/cache"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/text"
 	"github.com/quarry-router/quarry/platform/workers"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )

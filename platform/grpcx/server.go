@@ -112,8 +112,8 @@ func NewServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
 
 // streamWorkers is how many goroutines serve calls, reused from call to call. A call
 // served on a new goroutine starts on a small stack that grows, copied each time, as
-// the call goes down through interceptors, stats handlers and the handler: 4–5 % of
-// the services' CPU in profiles. A worker keeps its grown stack. When every worker is
+// the call goes down through interceptors, stats handlers and the handler, a few
+// percent of the services' CPU in profiles. A worker keeps its grown stack. When every worker is
 // busy, a call gets a goroutine of its own, as without workers; so the count bounds
 // nothing, and a few per core cover the calls that are running rather than waiting.
 func streamWorkers() uint32 { return uint32(4 * runtime.GOMAXPROCS(0)) }
@@ -129,9 +129,6 @@ func traced(info *stats.RPCTagInfo) bool {
 	return !strings.HasPrefix(method, "Watch")
 }
 
-// codeToLevel logs successful calls at debug (one line per request is only wanted when
-// debugging), caller mistakes and expected refusals at info, and server-side failures
-// at warn or error.
 // callLevel is the level of a call's log line. A Watch stream (Health.Watch,
 // SearchService.WatchGenerations) lives as long as its connection, so it ends with
 // UNAVAILABLE when the server drains and CANCELLED when the client goes: each shutdown
@@ -155,6 +152,9 @@ func callLevel(lvl logging.Level, fields []any) logging.Level {
 	return lvl
 }
 
+// codeToLevel logs successful calls at debug (one line per request is only wanted when
+// debugging), caller mistakes and expected refusals at info, and server-side failures
+// at warn or error.
 func codeToLevel(c codes.Code) logging.Level {
 	switch c {
 	case codes.OK:

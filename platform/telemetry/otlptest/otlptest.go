@@ -36,9 +36,6 @@ type Span struct {
 type Collector struct {
 	coltracepb.UnimplementedTraceServiceServer
 	addr string
-	// keep is false for a collector that only counts: it reads span names off the
-	// wire and decodes nothing else (see StartCounting).
-	keep bool
 
 	mu       sync.Mutex
 	requests []*coltracepb.ExportTraceServiceRequest
@@ -65,13 +62,15 @@ func start(tb testing.TB, keep bool) *Collector {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	c := &Collector{addr: lis.Addr().String(), keep: keep, byName: map[string]*int{}}
+	c := &Collector{addr: lis.Addr().String(), byName: map[string]*int{}}
 	// A plain server: one instrumented with otelgrpc would trace its own exports.
 	var srv *grpc.Server
 	if keep {
+		// Export decodes each request and keeps it and its spans.
 		srv = grpc.NewServer()
 		coltracepb.RegisterTraceServiceServer(srv, c)
 	} else {
+		// exportWire counts from the bytes.
 		srv = grpc.NewServer(grpc.ForceServerCodecV2(wireCodec{}), grpc.UnknownServiceHandler(c.exportWire))
 	}
 	go srv.Serve(lis)
@@ -88,9 +87,7 @@ func (c *Collector) Export(_ context.Context, req *coltracepb.ExportTraceService
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.exports++
-	if c.keep {
-		c.requests = append(c.requests, req)
-	}
+	c.requests = append(c.requests, req)
 	for _, rs := range req.GetResourceSpans() {
 		service := ""
 		for _, kv := range rs.GetResource().GetAttributes() {
@@ -102,9 +99,6 @@ func (c *Collector) Export(_ context.Context, req *coltracepb.ExportTraceService
 			for _, s := range ss.GetSpans() {
 				c.total++
 				c.countName([]byte(s.GetName()))
-				if !c.keep {
-					continue
-				}
 				sp := Span{Service: service, Name: s.GetName(), Kind: trace.SpanKind(s.GetKind()), Attributes: map[string]string{}}
 				copy(sp.TraceID[:], s.GetTraceId())
 				copy(sp.SpanID[:], s.GetSpanId())
