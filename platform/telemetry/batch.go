@@ -17,9 +17,9 @@ import (
 // not wake its export goroutine for every span. The SDK's hands each ended span to that
 // goroutine over a channel, so a query that ends five spans readies it five times, on
 // the two cores the query itself runs on; in BenchmarkTracingOverhead those handoffs
-// showed in the slowest queries, untraced ones too. Here a span is appended to a slice
-// under a mutex, and the goroutine wakes when a batch is full, on its schedule, or
-// when asked to flush.
+// showed in the slowest queries, untraced ones too. Here a span is added to a queue
+// under a mutex (for the OTLP exporter, as the bytes it will send: encodedQueue), and
+// the goroutine wakes when a batch is full, on its schedule, or when asked to flush.
 //
 // It reads the SDK's OTEL_BSP_* variables with the SDK's defaults.
 type batcher struct {
@@ -29,10 +29,11 @@ type batcher struct {
 	maxQueue int
 	maxBatch int
 
-	mu      sync.Mutex
-	queue   []sdktrace.ReadOnlySpan
-	spare   []sdktrace.ReadOnlySpan // the previous export's slice, emptied, for the next queue
-	stopped bool
+	mu       sync.Mutex
+	queue    spanQueue
+	spare    spanQueue // the previous export's queue, emptied, for the next one
+	newQueue func() spanQueue
+	stopped  bool
 
 	full    chan struct{} // a batch is waiting; buffered, one wakeup at a time
 	flushes chan chan error
@@ -83,13 +84,18 @@ func batcherConfigFromEnv(getenv func(string) string, delay time.Duration) (batc
 }
 
 func newBatcher(exp sdktrace.SpanExporter, c batcherConfig) *batcher {
+	newQueue := func() spanQueue { return &sliceQueue{exp: exp, maxQueue: c.maxQueue} }
+	if oe, ok := exp.(*otlpExporter); ok {
+		newQueue = func() spanQueue { return &encodedQueue{exp: oe} }
+	}
 	b := &batcher{
 		exp: exp, delay: c.delay, timeout: c.timeout, maxQueue: c.maxQueue, maxBatch: c.maxBatch,
-		queue:   make([]sdktrace.ReadOnlySpan, 0, c.maxBatch),
-		full:    make(chan struct{}, 1),
-		flushes: make(chan chan error),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		queue:    newQueue(),
+		newQueue: newQueue,
+		full:     make(chan struct{}, 1),
+		flushes:  make(chan chan error),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	go b.run()
 	return b
@@ -104,13 +110,13 @@ func (b *batcher) OnEnd(s sdktrace.ReadOnlySpan) {
 		return
 	}
 	b.mu.Lock()
-	if b.stopped || len(b.queue) >= b.maxQueue {
+	if b.stopped || b.queue.len() >= b.maxQueue {
 		b.mu.Unlock()
 		b.dropped.Add(1)
 		return
 	}
-	b.queue = append(b.queue, s)
-	n := len(b.queue)
+	b.queue.add(s)
+	n := b.queue.len()
 	b.mu.Unlock()
 	if n == b.maxBatch {
 		select {
@@ -150,27 +156,83 @@ func (b *batcher) report(err error) {
 // the export timeout. Spans that end meanwhile go into the next queue.
 func (b *batcher) export(ctx context.Context) error {
 	b.mu.Lock()
-	spans := b.queue
-	b.queue, b.spare = b.spare[:0], nil
+	q := b.queue
+	b.queue, b.spare = b.spare, nil
+	if b.queue == nil {
+		b.queue = b.newQueue()
+	}
 	b.mu.Unlock()
+	errs := []error{q.export(ctx, b.maxBatch, b.timeout)}
+	if n := b.dropped.Swap(0); n > 0 {
+		errs = append(errs, fmt.Errorf("span queue full (%d spans): %d spans dropped", b.maxQueue, n))
+	}
+	b.mu.Lock()
+	b.spare = q // emptied by export
+	b.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// spanQueue holds ended spans until the batcher exports them. Its methods other than
+// export run under the batcher's lock; export runs on the batcher's goroutine, on a
+// queue no span is being added to.
+type spanQueue interface {
+	add(sdktrace.ReadOnlySpan)
+	len() int
+	// export sends what is queued in batches of at most max spans, each within
+	// timeout, and empties the queue.
+	export(ctx context.Context, max int, timeout time.Duration) error
+}
+
+// sliceQueue keeps the spans themselves, for any exporter.
+type sliceQueue struct {
+	exp      sdktrace.SpanExporter
+	maxQueue int
+	spans    []sdktrace.ReadOnlySpan
+}
+
+func (q *sliceQueue) add(s sdktrace.ReadOnlySpan) { q.spans = append(q.spans, s) }
+func (q *sliceQueue) len() int                    { return len(q.spans) }
+
+func (q *sliceQueue) export(ctx context.Context, max int, timeout time.Duration) error {
 	var errs []error
-	for i := 0; i < len(spans); i += b.maxBatch {
-		batch := spans[i:min(i+b.maxBatch, len(spans))]
-		ctx, cancel := context.WithTimeout(ctx, b.timeout)
-		if err := b.exp.ExportSpans(ctx, batch); err != nil {
+	for i := 0; i < len(q.spans); i += max {
+		batch := q.spans[i:min(i+max, len(q.spans))]
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		if err := q.exp.ExportSpans(ctx, batch); err != nil {
 			errs = append(errs, err)
 		}
 		cancel()
 	}
-	if n := b.dropped.Swap(0); n > 0 {
-		errs = append(errs, fmt.Errorf("span queue full (%d spans): %d spans dropped", b.maxQueue, n))
+	clear(q.spans) // the spans' memory goes with them
+	q.spans = q.spans[:0]
+	if cap(q.spans) > 2*q.maxQueue {
+		q.spans = nil
 	}
-	clear(spans) // the spans' memory goes with them
-	b.mu.Lock()
-	if b.spare == nil && cap(spans) <= 2*b.maxQueue {
-		b.spare = spans[:0]
+	return errors.Join(errs...)
+}
+
+// encodedQueue keeps each span as the OTLP bytes the exporter will send, written when
+// the span ends (spanEncoder.add): the SDK's copy of the span is garbage at once, the
+// queue is bytes the garbage collector does not scan, and an export copies bytes
+// instead of encoding a batch in one burst on the services' cores.
+type encodedQueue struct {
+	exp *otlpExporter
+	enc spanEncoder
+}
+
+func (q *encodedQueue) add(s sdktrace.ReadOnlySpan) { q.enc.add(s) }
+func (q *encodedQueue) len() int                    { return q.enc.len() }
+
+func (q *encodedQueue) export(ctx context.Context, max int, timeout time.Duration) error {
+	var errs []error
+	for i := 0; i < q.enc.len(); i += max {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		if err := q.exp.upload(ctx, q.enc.finish(i, min(i+max, q.enc.len()))); err != nil {
+			errs = append(errs, err)
+		}
+		cancel()
 	}
-	b.mu.Unlock()
+	q.enc.reset()
 	return errors.Join(errs...)
 }
 

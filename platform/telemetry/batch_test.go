@@ -163,7 +163,7 @@ func TestBatcherDropsBeyondItsQueueAndSaysSo(t *testing.T) {
 	waitQueued := time.Now().Add(5 * time.Second)
 	for {
 		b.mu.Lock()
-		taken := len(b.queue) == 0
+		taken := b.queue.len() == 0
 		b.mu.Unlock()
 		if taken || time.Now().After(waitQueued) {
 			break

@@ -29,9 +29,18 @@ type spanEncoder struct {
 	resources map[attribute.Distinct][]byte
 	scopes    map[instrumentation.Scope][]byte
 
-	groups  []spanGroup
-	groupOf []int // groups index of each span of the export
+	groups []spanGroup
+
+	// spans holds the messages of the spans added since the last reset, one after
+	// another; entries says where each lies and which group it is in.
+	spans   []byte
+	entries []encodedSpan
+	present []bool // of each group, whether the spans being finished hold any
+	order   []int  // the groups of the spans being finished, in the order first seen
 }
+
+// encodedSpan is one added span: spans[start:end] of its group.
+type encodedSpan struct{ group, start, end int }
 
 // spanGroup is the spans of one resource and instrumentation scope.
 type spanGroup struct {
@@ -71,23 +80,53 @@ const (
 	fArrayValues, fKeyValueListValues                             = 1, 1
 )
 
-// encode returns the export's ResourceSpans, grouped by resource and then by scope,
+// encode returns the ResourceSpans of spans, grouped by resource and then by scope,
 // each in the order first seen, spans in their order, as otlptrace groups them. The
-// result is valid until the next encode.
+// result is valid until the encoder is next used.
 func (e *spanEncoder) encode(spans []sdktrace.ReadOnlySpan) []*tracepb.ResourceSpans {
+	e.reset()
+	for _, sd := range spans {
+		e.add(sd)
+	}
+	return e.finish(0, len(e.entries))
+}
+
+// add encodes a span. The batcher encodes each span as it ends, so that it queues
+// bytes, which the garbage collector does not scan, rather than the span, and the
+// export's work is spread over the calls instead of done in one go.
+func (e *spanEncoder) add(sd sdktrace.ReadOnlySpan) {
+	if sd == nil {
+		return
+	}
+	g := e.group(sd.Resource(), sd.InstrumentationScope())
+	start := len(e.spans)
+	e.spans = appendSpan(e.spans, sd)
+	e.entries = append(e.entries, encodedSpan{group: g, start: start, end: len(e.spans)})
+}
+
+// len is how many spans have been added since the last reset.
+func (e *spanEncoder) len() int { return len(e.entries) }
+
+// finish returns the ResourceSpans of the added spans from to to (exclusive), valid
+// until the next finish or reset.
+func (e *spanEncoder) finish(from, to int) []*tracepb.ResourceSpans {
 	if cap(e.buf) > maxKeptBuffer {
 		e.buf = nil
 	}
-	e.buf, e.out, e.groups, e.groupOf = e.buf[:0], e.out[:0], e.groups[:0], e.groupOf[:0]
-	for _, sd := range spans {
-		g := -1
-		if sd != nil {
-			g = e.group(sd.Resource(), sd.InstrumentationScope())
+	e.buf, e.out = e.buf[:0], e.out[:0]
+	entries := e.entries[from:to]
+	// The groups in the order the spans being finished first show them, as otlptrace
+	// orders a batch's.
+	e.present = append(e.present[:0], make([]bool, len(e.groups))...)
+	e.order = e.order[:0]
+	for _, en := range entries {
+		if !e.present[en.group] {
+			e.present[en.group] = true
+			e.order = append(e.order, en.group)
 		}
-		e.groupOf = append(e.groupOf, g)
 	}
-	for i := range e.groups {
-		if !e.firstOfResource(i) {
+	for oi, i := range e.order {
+		if !e.firstOfResource(oi) {
 			continue
 		}
 		res := e.groups[i]
@@ -96,7 +135,7 @@ func (e *spanEncoder) encode(spans []sdktrace.ReadOnlySpan) []*tracepb.ResourceS
 		if res.resource != nil {
 			b = appendBytesField(b, fResourceSpansResource, e.resource(res.resource, res.key))
 		}
-		for j := i; j < len(e.groups); j++ {
+		for _, j := range e.order[oi:] {
 			if e.groups[j].key != res.key {
 				continue
 			}
@@ -105,12 +144,9 @@ func (e *spanEncoder) encode(spans []sdktrace.ReadOnlySpan) []*tracepb.ResourceS
 			if s := e.groups[j].scope; s != (instrumentation.Scope{}) {
 				b = appendBytesField(b, fScopeSpansScope, e.scope(s))
 			}
-			for k, sd := range spans {
-				if e.groupOf[k] == j {
-					var sm int
-					b, sm = beginMessage(b, fScopeSpansSpans)
-					b = appendSpan(b, sd)
-					b = endMessage(b, sm)
+			for _, en := range entries {
+				if en.group == j {
+					b = appendBytesField(b, fScopeSpansSpans, e.spans[en.start:en.end])
 				}
 			}
 			b = appendString(b, fScopeSpansSchemaURL, e.groups[j].scope.SchemaURL)
@@ -126,6 +162,14 @@ func (e *spanEncoder) encode(spans []sdktrace.ReadOnlySpan) []*tracepb.ResourceS
 	return e.out
 }
 
+// reset forgets the added spans, keeping the buffers unless they grew too large.
+func (e *spanEncoder) reset() {
+	if cap(e.spans) > maxKeptBuffer {
+		e.spans = nil
+	}
+	e.spans, e.entries, e.groups = e.spans[:0], e.entries[:0], e.groups[:0]
+}
+
 func (e *spanEncoder) group(res *resource.Resource, scope instrumentation.Scope) int {
 	key := res.Equivalent()
 	for i := range e.groups {
@@ -137,10 +181,11 @@ func (e *spanEncoder) group(res *resource.Resource, scope instrumentation.Scope)
 	return len(e.groups) - 1
 }
 
-// firstOfResource says whether group i is the first with its resource.
-func (e *spanEncoder) firstOfResource(i int) bool {
-	for j := range i {
-		if e.groups[j].key == e.groups[i].key {
+// firstOfResource says whether the oi-th group in order is the first with its resource.
+func (e *spanEncoder) firstOfResource(oi int) bool {
+	key := e.groups[e.order[oi]].key
+	for _, j := range e.order[:oi] {
+		if e.groups[j].key == key {
 			return false
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
@@ -28,8 +29,10 @@ type otlpExporter struct {
 	client otlptrace.Client
 	codec  *requestCodec
 
-	mu  sync.Mutex // one export at a time: they share the encoder's buffer
-	enc spanEncoder
+	uploadMu sync.Mutex // one request at a time: they share the codec's buffer
+
+	encMu sync.Mutex // ExportSpans' encoder
+	enc   spanEncoder
 }
 
 // newOTLPExporter starts an exporter on otlptracegrpc's client, configured by opts and
@@ -44,16 +47,22 @@ func newOTLPExporter(ctx context.Context, opts ...otlptracegrpc.Option) (*otlpEx
 	return &otlpExporter{client: client, codec: codec}, nil
 }
 
-// ExportSpans sends spans in one request.
+// ExportSpans sends spans in one request. (The batcher does not call it: it encodes
+// spans as they end, into an encodedQueue.)
 func (e *otlpExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	// The client has marshalled the messages when it returns, retries included, so the
-	// encoder may reuse its buffer for the next export.
-	rs := e.enc.encode(spans)
+	e.encMu.Lock()
+	defer e.encMu.Unlock()
+	return e.upload(ctx, e.enc.encode(spans))
+}
+
+// upload sends one request. The client has marshalled the messages when it returns,
+// retries included, so the encoder that wrote them may reuse its buffer.
+func (e *otlpExporter) upload(ctx context.Context, rs []*tracepb.ResourceSpans) error {
 	if len(rs) == 0 {
 		return nil
 	}
+	e.uploadMu.Lock()
+	defer e.uploadMu.Unlock()
 	if err := e.client.UploadTraces(ctx, rs); err != nil {
 		return fmt.Errorf("traces export: %w", err)
 	}

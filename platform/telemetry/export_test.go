@@ -159,6 +159,49 @@ func TestOTLPExporterSendsWhatOtlptraceSends(t *testing.T) {
 	}
 }
 
+// The batcher's queue for this exporter encodes each span as it ends and sends what
+// it holds in batches of at most a batch size: each request must be what otlptrace
+// sends for the same spans in the same batches, also when the queue's memory is reused.
+func TestEncodedQueueSendsWhatOtlptraceSends(t *testing.T) {
+	ctx := context.Background()
+	stockCol, ourCol := otlptest.Start(t), otlptest.Start(t)
+	stock, ours := otlptraceExporter(t, stockCol.Endpoint()), quarryExporter(t, ourCol.Endpoint())
+	b := newBatcher(ours, batcherConfig{delay: time.Hour, timeout: time.Second, maxQueue: 10, maxBatch: 10})
+	t.Cleanup(func() { b.Shutdown(ctx) })
+	q, ok := b.queue.(*encodedQueue)
+	if !ok {
+		t.Fatalf("the batcher queues %T for the OTLP exporter, want *encodedQueue", b.queue)
+	}
+	const maxBatch = 16
+	for _, spans := range [][]sdktrace.ReadOnlySpan{testSpans(40), testSpans(5), testSpans(100)[3:], nil} {
+		for _, s := range spans {
+			q.add(s)
+		}
+		if err := q.export(ctx, maxBatch, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if q.len() != 0 {
+			t.Fatalf("%d spans left after export", q.len())
+		}
+		for i := 0; i < len(spans); i += maxBatch {
+			if err := stock.ExportSpans(ctx, spans[i:min(i+maxBatch, len(spans))]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want, got := stockCol.Requests(), ourCol.Requests()
+	if len(got) != len(want) || len(want) != 3+1+7 {
+		t.Fatalf("%d requests from the queue, %d from otlptrace, want 11", len(got), len(want))
+	}
+	for i := range want {
+		sortResources(want[i])
+		sortResources(got[i])
+		if !proto.Equal(want[i], got[i]) {
+			t.Fatalf("request %d: %s", i, firstDifference(want[i], got[i]))
+		}
+	}
+}
+
 // sortResources orders a request's resources by their attributes: otlptrace sends them
 // in map order. Scopes and spans keep the order the exporter was given them in.
 func sortResources(req *coltracepb.ExportTraceServiceRequest) {
