@@ -398,17 +398,11 @@ func (r *composeRun) volumes(name string, s types.ServiceConfig, img *image, ctr
 		mounts = append(mounts, mount{ctr: filepath.Clean(v.Target), host: host})
 		hidden[filepath.Clean(v.Target)] = true
 	}
-	for i, c := range img.Copies {
-		if hidden[filepath.Clean(c.Dst)] {
-			continue
-		}
-		host := filepath.Join(ctrRoot, "img"+strconv.Itoa(i))
-		if err := imageFolder(c, host); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		mounts = append(mounts, mount{ctr: filepath.Clean(c.Dst), host: host})
+	shipped, err := img.shippedMounts(ctrRoot, hidden, false)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
 	}
-	return mounts
+	return append(mounts, shipped...)
 }
 
 // imageFolder lays out what one image COPY puts at its destination, with its owner.

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -91,6 +92,32 @@ func (c imageCopy) layOut(host string, o owner) error {
 		return fmt.Errorf("image COPY %s: %w", c.Src, err)
 	}
 	return nil
+}
+
+// shippedMounts lays out under root what the image ships at each destination no volume
+// hides, and returns those mounts. Each COPY keeps its --chown owner, unless rootOwned
+// (a read-only root filesystem: the container cannot write there, whoever owns it).
+func (img *image) shippedMounts(root string, hidden map[string]bool, rootOwned bool) ([]mount, error) {
+	var mounts []mount
+	for i, c := range img.Copies {
+		dst := filepath.Clean(c.Dst)
+		if hidden[dst] {
+			continue
+		}
+		o, err := userOf(c.Chown)
+		if err != nil {
+			return nil, err
+		}
+		if rootOwned {
+			o = owner{0, 0}
+		}
+		host := filepath.Join(root, "img"+strconv.Itoa(i))
+		if err := c.layOut(host, o); err != nil {
+			return nil, fmt.Errorf("image %s: %w", c.Dst, err)
+		}
+		mounts = append(mounts, mount{ctr: dst, host: host})
+	}
+	return mounts, nil
 }
 
 // images are the three Quarry images, by the name compose and the manifests give them.

@@ -589,26 +589,12 @@ func (r *overlayRun) mounts(pod string, ps *corev1.PodSpec, c corev1.Container, 
 		mounts = append(mounts, mount{ctr: filepath.Clean(vm.MountPath), host: host})
 		hidden[filepath.Clean(vm.MountPath)] = true
 	}
-	// What the image ships, unless a volume hides it. With a read-only root filesystem
-	// the container cannot write there, whoever owns it.
-	for i, cp := range img.Copies {
-		if hidden[filepath.Clean(cp.Dst)] {
-			continue
-		}
-		host := filepath.Join(podRoot, "img"+strconv.Itoa(i))
-		o, err := userOf(cp.Chown)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if readOnlyRoot {
-			o = owner{0, 0}
-		}
-		if err := cp.layOut(host, o); err != nil {
-			t.Fatalf("%s: image %s: %v", pod, cp.Dst, err)
-		}
-		mounts = append(mounts, mount{ctr: filepath.Clean(cp.Dst), host: host})
+	// What the image ships, unless a volume hides it.
+	shipped, err := img.shippedMounts(podRoot, hidden, readOnlyRoot)
+	if err != nil {
+		t.Fatalf("%s: %v", pod, err)
 	}
-	return mounts
+	return append(mounts, shipped...)
 }
 
 // certManagerSecret makes the Secret cert-manager would write for a Certificate of the
