@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
@@ -57,13 +56,8 @@ func TestHealthPortServesProbesBesideATLSPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, lis) }()
+	lis := loopback(t)
+	stop := run(t, s, lis)
 
 	check := func(addr string) (healthpb.HealthCheckResponse_ServingStatus, error) {
 		conn, err := Dial(addr)
@@ -92,8 +86,7 @@ func TestHealthPortServesProbesBesideATLSPort(t *testing.T) {
 		t.Errorf("a service call on the health port: %v, want Unimplemented", err)
 	}
 
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := check(healthAddr.String()); err == nil {
