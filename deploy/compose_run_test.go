@@ -389,7 +389,7 @@ func (r *composeRun) volumes(name string, s types.ServiceConfig, img *image, ctr
 				}
 				break
 			}
-			if err := imageFolder(*from, host); err != nil {
+			if err := from.layOutAsBuilt(host, false); err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
 		default:
@@ -403,13 +403,4 @@ func (r *composeRun) volumes(name string, s types.ServiceConfig, img *image, ctr
 		t.Fatalf("%s: %v", name, err)
 	}
 	return append(mounts, shipped...)
-}
-
-// imageFolder lays out what one image COPY puts at its destination, with its owner.
-func imageFolder(c imageCopy, host string) error {
-	o, err := userOf(c.Chown)
-	if err != nil {
-		return err
-	}
-	return c.layOut(host, o)
 }

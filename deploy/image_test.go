@@ -104,20 +104,25 @@ func (img *image) shippedMounts(root string, hidden map[string]bool, rootOwned b
 		if hidden[dst] {
 			continue
 		}
-		o, err := userOf(c.Chown)
-		if err != nil {
-			return nil, err
-		}
-		if rootOwned {
-			o = owner{0, 0}
-		}
 		host := filepath.Join(root, "img"+strconv.Itoa(i))
-		if err := c.layOut(host, o); err != nil {
+		if err := c.layOutAsBuilt(host, rootOwned); err != nil {
 			return nil, fmt.Errorf("image %s: %w", c.Dst, err)
 		}
 		mounts = append(mounts, mount{ctr: dst, host: host})
 	}
 	return mounts, nil
+}
+
+// layOutAsBuilt lays out the COPY with its --chown owner, or root's when rootOwned.
+func (c imageCopy) layOutAsBuilt(host string, rootOwned bool) error {
+	o, err := userOf(c.Chown)
+	if err != nil {
+		return err
+	}
+	if rootOwned {
+		o = owner{0, 0}
+	}
+	return c.layOut(host, o)
 }
 
 // images are the three Quarry images, by the name compose and the manifests give them.
