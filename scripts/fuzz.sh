@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# fuzz.sh FUZZTIME DIR:FuzzName... runs each fuzz target for FUZZTIME on top of its seed
+# corpus and fails on the first target that fails.
+#
+# Go 1.26's fuzz coordinator can report a bare "context deadline exceeded" when
+# -fuzztime runs out while a worker is mid-call (go.dev/issue/75804, fixed in Go 1.27):
+# nothing was found and no failing input was written. Such a run is repeated once; a
+# failing input, a panic or any other failure fails at once, and so does a second run
+# that ends the same way.
+set -uo pipefail
+fuzztime=$1; shift
+log=$(mktemp); trap 'rm -f "$log"' EXIT
+
+# race says whether the log is the coordinator's deadline race and nothing else: one
+# failing test, whose only message is the deadline, no failing input, no panic.
+race() {
+	! grep -qE 'Failing input written|panic:' "$log" &&
+		[ "$(grep -c -- '--- FAIL' "$log")" = 1 ] &&
+		[ "$(grep -A1 -- '--- FAIL' "$log" | tail -1 | tr -d '[:space:]')" = contextdeadlineexceeded ] &&
+		[ "$(grep -A2 -- '--- FAIL' "$log" | tail -1 | tr -d '[:space:]')" = FAIL ]
+}
+
+for t in "$@"; do
+	dir=${t%%:*}; fn=${t##*:}
+	for attempt in 1 2; do
+		if (cd "$dir" && go test -run '^$' -fuzz "^$fn\$" -fuzztime "$fuzztime" .) >"$log" 2>&1; then
+			# go test passes when the name matches no fuzz test.
+			if grep -q 'no fuzz tests to fuzz' "$log"; then
+				echo "fuzz $t: no such fuzz test in $dir" >&2
+				exit 1
+			fi
+			echo "fuzz $t: ok"
+			continue 2
+		fi
+		if [ "$attempt" = 1 ] && race; then
+			echo "fuzz $t: the fuzz coordinator's deadline race (go.dev/issue/75804), nothing found; running it again"
+			continue
+		fi
+		cat "$log"
+		echo "fuzz $t failed"
+		exit 1
+	done
+done
