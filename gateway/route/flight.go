@@ -18,6 +18,13 @@ import (
 type group[T any] struct {
 	// pool runs the flights; nil runs each on a goroutine of its own.
 	pool *workers.Pool
+	// linger keeps a successful flight whose value lingers accepts joinable for this
+	// long after its last caller leaves. A caller whose cache lookup was sent just
+	// before the flight stored its answer misses, and reaches join only after its
+	// lookups return (or its hedge delay passes); under load that is after every
+	// holder has gone, and without linger it would run the same work again.
+	linger  time.Duration
+	lingers func(T) bool // nil: every successful value
 
 	mu sync.Mutex
 	m  map[string]*flight[T]
@@ -63,9 +70,8 @@ func (g *group[T]) join(ctx context.Context, key string, timeout time.Duration,
 		f.val, f.err = v, err
 		g.mu.Lock()
 		close(f.done)
-		// A successful flight stays joinable while callers still hold it: a caller whose
-		// cache lookup missed just before the flight stored its answer then joins it
-		// instead of starting the same work again. The last leave removes it.
+		// A successful flight stays joinable while callers still hold it, and for linger
+		// after the last leaves (see leave).
 		if (err != nil || f.refs == 0) && g.m[key] == f {
 			delete(g.m, key)
 		}
@@ -93,8 +99,9 @@ func run[T any](ctx context.Context, publish func(string), fn func(context.Conte
 	return fn(ctx, publish)
 }
 
-// leave detaches a caller; the last one to leave removes the flight, cancelling it if
-// unfinished, so later callers start afresh instead of joining a cancelled flight.
+// leave detaches a caller. When the last one leaves an unfinished flight, it is
+// cancelled and removed, so later callers start afresh instead of joining a cancelled
+// flight; a finished one that succeeded is removed after g.linger.
 func (g *group[T]) leave(key string, f *flight[T]) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -104,10 +111,23 @@ func (g *group[T]) leave(key string, f *flight[T]) {
 	}
 	select {
 	case <-f.done:
+		if f.err == nil && g.linger > 0 && (g.lingers == nil || g.lingers(f.val)) && g.m[key] == f {
+			time.AfterFunc(g.linger, func() { g.expire(key, f) })
+			return
+		}
 	default:
 		f.cancel()
 	}
 	if g.m[key] == f {
+		delete(g.m, key)
+	}
+}
+
+// expire removes a lingering flight unless a caller has joined it again.
+func (g *group[T]) expire(key string, f *flight[T]) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if f.refs == 0 && g.m[key] == f {
 		delete(g.m, key)
 	}
 }

@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-func TestFinishedFlightStaysJoinableWhileHeld(t *testing.T) {
-	var g group[int]
+func TestFinishedFlightStaysJoinableWhileHeldAndLingers(t *testing.T) {
+	const linger = 50 * time.Millisecond
+	g := group[int]{linger: linger}
 	var runs atomic.Int64
 	fn := func(context.Context, func(string)) (int, error) { return int(runs.Add(1)), nil }
 	ctx := context.Background()
@@ -26,11 +27,19 @@ func TestFinishedFlightStaysJoinableWhileHeld(t *testing.T) {
 	}
 	g.leave("k", first)
 	g.leave("k", late)
-	// Once every caller has left, the work runs anew.
+	// Every caller has left, but a caller whose lookup was sent before the answer was
+	// stored may still be on its way: it joins the finished flight too.
+	lingering := g.join(ctx, "k", time.Second, fn)
+	if v, _ := lingering.wait(ctx); v != 1 || lingering != first {
+		t.Fatalf("just after every caller left: %d, want the finished flight's 1", v)
+	}
+	g.leave("k", lingering)
+	// Once the linger has passed, the work runs anew.
+	time.Sleep(linger + 50*time.Millisecond)
 	again := g.join(ctx, "k", time.Second, fn)
 	defer g.leave("k", again)
 	if v, _ := again.wait(ctx); v != 2 {
-		t.Fatalf("after every caller left: %d, want a second run", v)
+		t.Fatalf("after the linger: %d, want a second run", v)
 	}
 }
 

@@ -65,8 +65,19 @@ func New(cfg Config, store cache.Store, res Resolver, agent Agent, gens Generati
 	// goroutines spare it growing a stack each time.
 	pool := workers.New()
 	return &Router{cfg: cfg, store: store, res: res, agent: agent, gens: gens, log: log, metrics: newInstruments(),
-		resolves: group[resolved]{pool: pool}, answers: group[answered]{pool: pool}}
+		resolves: group[resolved]{pool: pool, linger: flightLinger},
+		// An answer degraded by a failure is not cached so that the LLM is asked again;
+		// it does not linger either.
+		answers: group[answered]{pool: pool, linger: flightLinger,
+			lingers: func(a answered) bool { return a.stored || !a.resp.GetDegraded() }}}
 }
+
+// flightLinger is how long a finished search or answer stays joinable after its last
+// caller has gone. It covers a cache round trip and the hedge delay under load (a
+// burst of 100 identical questions over two replicas searched 3–4 times without it),
+// and is short enough that a flushed cache is not second-guessed for long; a new
+// generation never joins an older one's flight.
+const flightLinger = 250 * time.Millisecond
 
 // resolved is the outcome of one Resolve flight.
 type resolved struct {
@@ -258,8 +269,9 @@ func (c *call) fuzzy(ctx context.Context, spec *speculation) *quarryv1.QueryResp
 	}
 	if cand.Query == c.norm {
 		// This very question's answer was stored after the exact lookup missed, by the
-		// flight this call joined or joins next (a flight stays joinable while callers
-		// hold it): take the flight's result, not a cache hit on it.
+		// flight this call joined or joins next (a finished flight stays joinable while
+		// callers hold it, and lingers after): take the flight's result, not a cache hit
+		// on it.
 		c.fuzzyOutcome("skipped: this question's answer was just computed")
 		return nil
 	}
