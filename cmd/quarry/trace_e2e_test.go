@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -20,15 +21,7 @@ import (
 // span exporter and checks that gateway, search, agent and the LLM call all record into
 // ONE trace, each hop's server span a child of the caller's client span.
 func TestOneTraceSpansTheChain(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tel, err := telemetry.Setup(context.Background(), telemetry.Config{Service: "quarry-test", SpanExporter: exp, Getenv: func(string) string { return "" }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		tel.Shutdown(context.Background())
-		otel.SetTracerProvider(noop.NewTracerProvider())
-	})
+	exp, tel := inMemoryTracing(t)
 
 	srv := llmtest.New(t,
 		llmtest.Turn{ToolCalls: []llmtest.Call{{Name: "search", Arguments: `{"query":"on-call paging alert routing"}`}}},
@@ -123,7 +116,8 @@ func TestOneTraceSpansTheChain(t *testing.T) {
 	for _, a := range root.Attributes {
 		attrs[string(a.Key)] = a.Value.Emit()
 	}
-	for k, want := range map[string]string{"quarry.tier": "agentic", "quarry.from_cache": "false", "quarry.kb": llmKB} {
+	for k, want := range map[string]string{"quarry.tier": "agentic", "quarry.origin_tier": "agentic", "quarry.degraded": "false",
+		"quarry.kb": llmKB, "quarry.generation": fmt.Sprint(resp.GetGeneration())} {
 		if attrs[k] != want {
 			t.Errorf("gateway server span has %s=%q, want %q", k, attrs[k], want)
 		}
@@ -153,6 +147,75 @@ func TestOneTraceSpansTheChain(t *testing.T) {
 	if llmCalls != 3 {
 		t.Errorf("%d LLM HTTP spans in the trace, want 3", llmCalls)
 	}
+}
+
+// TestCacheHitSpanStaysWithinEightAttributes: the SDK de-duplicates a span's attributes
+// as it ends, in a map that costs nothing up to eight and 1.7 KB and about 1 µs beyond. otelgrpc puts five on the gateway's server span; a
+// cache hit adds three (see route's record). A dependency that adds one fails here.
+func TestCacheHitSpanStaysWithinEightAttributes(t *testing.T) {
+	exp, _ := inMemoryTracing(t)
+	gw, _ := startLLMSystem(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := &quarryv1.QueryRequest{KnowledgeBase: exampleKB, Query: jwtRotateQ}
+	if _, err := gw.Query(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	exp.Reset()
+	resp, err := gw.Query(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetTier() != quarryv1.Tier_TIER_EXACT_CACHE {
+		t.Fatalf("second ask answered by %v, want EXACT_CACHE", resp.GetTier())
+	}
+	var root *tracetest.SpanStub
+	for deadline := time.Now().Add(5 * time.Second); root == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		root = find(exp.GetSpans(), "quarry.v1.QueryService/Query", trace.SpanKindServer)
+	}
+	if root == nil {
+		t.Fatal("no gateway server span for the cache hit")
+	}
+	attrs := map[string]string{}
+	for _, a := range root.Attributes {
+		attrs[string(a.Key)] = a.Value.Emit()
+	}
+	if len(root.Attributes) > 8 {
+		t.Errorf("the cache hit's server span has %d attributes, want at most 8: %v", len(root.Attributes), attrs)
+	}
+	for k, want := range map[string]string{"quarry.tier": "exact_cache", "quarry.origin_tier": "direct", "quarry.kb": exampleKB} {
+		if attrs[k] != want {
+			t.Errorf("the cache hit's server span has %s=%q, want %q", k, attrs[k], want)
+		}
+	}
+	var gen string
+	for _, e := range root.Events {
+		if e.Name == "exact_cache" {
+			for _, a := range e.Attributes {
+				if a.Key == "quarry.generation" {
+					gen = a.Value.Emit()
+				}
+			}
+		}
+	}
+	if gen == "" || gen != fmt.Sprint(resp.GetGeneration()) {
+		t.Errorf("exact_cache event's generation %q, want the answer's %d", gen, resp.GetGeneration())
+	}
+}
+
+// inMemoryTracing sets up telemetry as the services do, exporting spans to memory.
+func inMemoryTracing(t *testing.T) (*tracetest.InMemoryExporter, *telemetry.Telemetry) {
+	t.Helper()
+	exp := tracetest.NewInMemoryExporter()
+	tel, err := telemetry.Setup(context.Background(), telemetry.Config{Service: "quarry-test", SpanExporter: exp, Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		tel.Shutdown(context.Background())
+		otel.SetTracerProvider(noop.NewTracerProvider())
+	})
+	return exp, tel
 }
 
 func hasSpan(spans tracetest.SpanStubs, name string, kind trace.SpanKind) bool {

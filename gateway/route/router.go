@@ -18,6 +18,7 @@ import (
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/text"
 	"github.com/quarry-router/quarry/platform/workers"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -655,11 +656,12 @@ func lookupOutcome(ctx context.Context, log *slog.Logger, tier string, err error
 	return "error: " + err.Error()
 }
 
+// exactOutcome records the exact lookup, with the generation it was keyed by.
 func (c *call) exactOutcome(outcome string) {
 	if c.explain != nil {
 		c.explain.Cache.Exact = outcome
 	}
-	c.stage("exact_cache", outcome)
+	c.stage("exact_cache", outcome, attribute.Int64("quarry.generation", int64(c.gen)))
 }
 
 func (c *call) stored(ok bool) {
@@ -668,9 +670,9 @@ func (c *call) stored(ok bool) {
 	}
 }
 
-// stage records the time since the previous stage ended.
-func (c *call) stage(name, outcome string) {
-	stageEvent(c.span, name, outcome)
+// stage records the time since the previous stage ended; attrs go on its span event.
+func (c *call) stage(name, outcome string, attrs ...attribute.KeyValue) {
+	stageEvent(c.span, name, outcome, attrs...)
 	if c.explain == nil {
 		return
 	}

@@ -66,14 +66,22 @@ func TestQueryOutcomeGoesOnOneSpanPerQuery(t *testing.T) {
 				if want := tierName(tiers[i]); tier != want {
 					t.Errorf("query %d's span has quarry.tier %q, want %q", i, tier, want)
 				}
-				exact := ""
+				exact, gen := "", int64(-1)
 				for _, e := range s.Events {
-					if e.Name == "exact_cache" && len(e.Attributes) == 1 {
-						exact = e.Attributes[0].Value.AsString()
+					if e.Name != "exact_cache" {
+						continue
+					}
+					for _, a := range e.Attributes {
+						switch a.Key {
+						case "quarry.outcome":
+							exact = a.Value.AsString()
+						case "quarry.generation":
+							gen = a.Value.AsInt64()
+						}
 					}
 				}
-				if want := []string{"miss", "hit"}[i]; exact != want {
-					t.Errorf("query %d's exact_cache event says %q, want %q", i, exact, want)
+				if want := []string{"miss", "hit"}[i]; exact != want || gen != 1 {
+					t.Errorf("query %d's exact_cache event says %q at generation %d, want %q at 1", i, exact, gen, want)
 				}
 			}
 		})
