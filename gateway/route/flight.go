@@ -18,13 +18,14 @@ import (
 type group[T any] struct {
 	// pool runs the flights; nil runs each on a goroutine of its own.
 	pool *workers.Pool
-	// linger keeps a successful flight whose value lingers accepts joinable for this
-	// long after its last caller leaves. A caller whose cache lookup was sent just
-	// before the flight stored its answer misses, and reaches join only after its
-	// lookups return (or its hedge delay passes); under load that is after every
-	// holder has gone, and without linger it would run the same work again.
+	// linger keeps a successful flight joinable for this long after its last caller
+	// leaves, if lingers accepts its value (nil accepts every one). A caller whose
+	// cache lookup was sent just before the flight stored its answer misses, and
+	// reaches join only after its lookups return (or its hedge delay passes); under
+	// load that is after every holder has gone, and without linger it would run the
+	// same work again.
 	linger  time.Duration
-	lingers func(T) bool // nil: every successful value
+	lingers func(T) bool
 
 	mu sync.Mutex
 	m  map[string]*flight[T]

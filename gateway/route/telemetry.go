@@ -115,10 +115,10 @@ func (in *instruments) sets(k outcomeKey) *outcomeSets {
 // A cache hit's span carries its tier, origin tier and knowledge base, and no more: with
 // otelgrpc's five attributes that is eight, the most the SDK de-duplicates at span end
 // without allocating a map (TestCacheHitSpanStaysWithinEightAttributes keeps it so).
-// With six of ours, tracing added 7.4 KB to a T0 query; with three, 5.0 KB. The generation a hit
-// was looked up under is on its exact_cache event. An answer computed in this call also
-// carries its generation, which may be newer than the one looked up, and whether it is
-// degraded.
+// With six of ours, tracing added 7.4 KB to a T0 query; with three, 5.0 KB. The
+// generation a hit was looked up under is on its exact_cache event. An answer computed
+// in this call also carries its generation, which may be newer than the one looked up,
+// and whether it is degraded.
 func (in *instruments) record(ctx context.Context, span trace.Span, resp *quarryv1.QueryResponse, elapsed time.Duration) {
 	k := outcomeKey{resp.GetTier(), resp.GetOriginTier(), resp.GetFromCache(), resp.GetDegraded()}
 	s := in.sets(k)
