@@ -283,7 +283,7 @@ func (c *call) fuzzy(ctx context.Context, spec *speculation) *quarryv1.QueryResp
 	cached, err := fromCache(cand, quarryv1.Tier_TIER_FUZZY_CACHE)
 	if err != nil {
 		r.log.WarnContext(ctx, "fuzzy cache entry unreadable", "kb", c.kb, "err", err)
-		c.reject("unreadable entry")
+		c.reject(ctx, rejectUnreadable, "unreadable entry")
 		return nil
 	}
 
@@ -295,12 +295,12 @@ func (c *call) fuzzy(ctx context.Context, spec *speculation) *quarryv1.QueryResp
 	rf, _ := spec.start()
 	out, err := rf.wait(ctx)
 	if err != nil {
-		c.reject("search failed, cannot verify")
+		c.reject(ctx, rejectSearchFailed, "search failed, cannot verify")
 		return nil
 	}
-	ok, why := agrees(c.norm, cand.Query, cached, out.res)
+	ok, reason, why := agrees(c.norm, cand.Query, cached, out.res)
 	if !ok {
-		c.reject(why)
+		c.reject(ctx, reason, why)
 		return nil
 	}
 	return c.serveFuzzy(cached, why)
@@ -322,7 +322,10 @@ func (c *call) fuzzyOutcome(outcome string) {
 	c.stage("fuzzy_cache", outcome)
 }
 
-func (c *call) reject(why string) {
+// reject turns a fuzzy candidate down: reason is one of the reject* kinds, counted in
+// the metrics; why says it in words, for the explain trace and the span.
+func (c *call) reject(ctx context.Context, reason, why string) {
+	c.r.metrics.reject(ctx, reason)
 	if c.explain != nil {
 		c.explain.Cache.Fuzzy = "rejected: " + why
 		c.explain.Cache.FuzzyVerification = why
@@ -341,27 +344,27 @@ func (c *call) reject(why string) {
 // subject, which the search then confirms; a replaced content word names another
 // subject (rotate vs revoke, gzip vs zlib), so it is another question. An out-of-domain
 // answer is the same whatever was asked.
-func agrees(query, candidate string, cached *quarryv1.QueryResponse, res *quarryv1.ResolveResponse) (bool, string) {
+func agrees(query, candidate string, cached *quarryv1.QueryResponse, res *quarryv1.ResolveResponse) (ok bool, reason, why string) {
 	if g := res.GetGeneration(); g != 0 && g != cached.GetGeneration() {
-		return false, fmt.Sprintf("knowledge base changed (generation %d, cached %d)", g, cached.GetGeneration())
+		return false, rejectGeneration, fmt.Sprintf("knowledge base changed (generation %d, cached %d)", g, cached.GetGeneration())
 	}
 	route := res.GetRoute()
 	origin := cached.GetOriginTier()
 	if route == quarryv1.Tier_TIER_OUT_OF_DOMAIN && origin == quarryv1.Tier_TIER_OUT_OF_DOMAIN {
-		return true, "search agrees: both out of domain"
+		return true, "", "search agrees: both out of domain"
 	}
 	if route != origin {
-		return false, fmt.Sprintf("search routes to %s, cached answer is %s", route, origin)
+		return false, rejectRoute, fmt.Sprintf("search routes to %s, cached answer is %s", route, origin)
 	}
 	fresh, old := topPath(res.GetSources()), topPath(cached.GetSources())
 	if fresh == "" || fresh != old {
-		return false, fmt.Sprintf("top source %q differs from the cached answer's %q", fresh, old)
+		return false, rejectTopSource, fmt.Sprintf("top source %q differs from the cached answer's %q", fresh, old)
 	}
 	if gone, came := wordChanges(candidate, query); len(gone) > 0 && len(came) > 0 {
-		return false, fmt.Sprintf("search agrees, but %s replaced by %s asks another question",
+		return false, rejectWordReplaced, fmt.Sprintf("search agrees, but %s replaced by %s asks another question",
 			strings.Join(gone, ","), strings.Join(came, ","))
 	}
-	return true, fmt.Sprintf("search agrees: %s from %s", route, fresh)
+	return true, "", fmt.Sprintf("search agrees: %s from %s", route, fresh)
 }
 
 // wordChanges compares the content words of two questions as stems, counting each

@@ -13,8 +13,12 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/quarry-router/quarry/gateway/cache"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"go.opentelemetry.io/otel"
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -334,26 +338,39 @@ func TestFuzzyCache(t *testing.T) {
 		tier, origin quarryv1.Tier
 		answerFrom   string // top source of the served answer
 		verification string // substring of the trace's verification
+		reject       string // the rejects metric's reason, for a rejected candidate
 	}{
 		{"the same stems are served at once", "How do I rotate keys?", "rotate the keys",
-			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "same stems"},
+			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "same stems", ""},
 		{"a candidate the fresh search agrees with is served", "How do I rotate signing keys?", "rotate signing keys now",
-			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "search agrees"},
+			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "search agrees", ""},
 		{"two out-of-domain questions agree", "weather forecast paris today", "weather forecast paris tomorrow",
-			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_OUT_OF_DOMAIN, "", "both out of domain"},
+			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_OUT_OF_DOMAIN, "", "both out of domain", ""},
 		{"a candidate whose top source differs is rejected (rotate vs revoke)", "How do I rotate the jwt api token?", "How do I revoke the jwt api token?",
-			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "auth/revoke-token.md", "differs"},
+			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "auth/revoke-token.md", "differs", rejectTopSource},
 		{"a candidate whose route differs is rejected", "weather forecast paris today", "weather forecast paris rotate",
-			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "routes to"},
+			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "routes to", rejectRoute},
 		{"a candidate the search agrees with but whose subject was replaced is rejected (hmac vs sha256)",
 			"How does hmac New return a new HMAC hash?", "How does sha256 New return a new HMAC hash?",
-			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "crypto/hmac.md", "replaced by"},
+			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "crypto/hmac.md", "replaced by", rejectWordReplaced},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			reader := testMetrics()
 			h := newHarness(t, nil)
 			h.query(c.cached)
+			before := rejects(t, reader)
 			resp := h.query(c.query)
+			after := rejects(t, reader)
+			for _, r := range []string{rejectTopSource, rejectRoute, rejectWordReplaced} {
+				want := int64(0)
+				if r == c.reject {
+					want = 1
+				}
+				if got := after[r] - before[r]; got != want {
+					t.Errorf("quarry.gateway.fuzzy.rejects{quarry.reason=%s} rose by %d, want %d", r, got, want)
+				}
+			}
 			wantTier(t, resp, c.tier, c.origin, c.tier == quarryv1.Tier_TIER_FUZZY_CACHE)
 			if got := topPath(resp.GetSources()); got != c.answerFrom {
 				t.Fatalf("served the answer from %q, want %q", got, c.answerFrom)
@@ -364,6 +381,35 @@ func TestFuzzyCache(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testMetrics installs one metric reader for the package's tests, as testTracing does
+// for spans.
+var testMetrics = sync.OnceValue(func() *sdkmetric.ManualReader {
+	r := sdkmetric.NewManualReader()
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(r)))
+	return r
+})
+
+// rejects reads the fuzzy rejects counter by reason.
+func rejects(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "quarry.gateway.fuzzy.rejects" {
+				for _, p := range sum.DataPoints {
+					reason, _ := p.Attributes.Value("quarry.reason")
+					out[reason.AsString()] += p.Value
+				}
+			}
+		}
+	}
+	return out
 }
 
 func TestAnswerComputedDuringTheFuzzyLookupIsNotAHit(t *testing.T) {

@@ -21,7 +21,21 @@ type instruments struct {
 	queries  metric.Int64Counter
 	latency  metric.Float64Histogram
 	outcomes sync.Map // outcomeKey → *outcomeSets
+	rejects  metric.Int64Counter
+	reasons  map[string]metric.AddOption
 }
+
+// Why the fresh search did not confirm a fuzzy candidate: the quarry.reason of the
+// rejects metric. A rising share of one reason says what to tune (word_replaced:
+// rewordings that swap a subject; top_source_differs: near-duplicate documents).
+const (
+	rejectUnreadable   = "unreadable_entry"
+	rejectSearchFailed = "search_failed"
+	rejectGeneration   = "generation_changed"
+	rejectRoute        = "route_differs"
+	rejectTopSource    = "top_source_differs"
+	rejectWordReplaced = "word_replaced"
+)
 
 func newInstruments() *instruments {
 	m := otel.Meter("github.com/quarry-router/quarry/gateway/route")
@@ -31,7 +45,19 @@ func newInstruments() *instruments {
 	l, _ := m.Float64Histogram("quarry.gateway.query.duration",
 		metric.WithDescription("Server-side time to answer a query, by tier"), metric.WithUnit("ms"),
 		metric.WithExplicitBucketBoundaries(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000))
-	return &instruments{queries: q, latency: l}
+	rj, _ := m.Int64Counter("quarry.gateway.fuzzy.rejects",
+		metric.WithDescription("Fuzzy cache candidates the fresh search did not confirm, by reason; the question was answered afresh"),
+		metric.WithUnit("{candidate}"))
+	reasons := map[string]metric.AddOption{}
+	for _, r := range []string{rejectUnreadable, rejectSearchFailed, rejectGeneration, rejectRoute, rejectTopSource, rejectWordReplaced} {
+		reasons[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("quarry.reason", r)))
+	}
+	return &instruments{queries: q, latency: l, rejects: rj, reasons: reasons}
+}
+
+// reject counts a fuzzy candidate turned down for reason, one of the reject* kinds.
+func (in *instruments) reject(ctx context.Context, reason string) {
+	in.rejects.Add(ctx, 1, in.reasons[reason])
 }
 
 func tierName(t quarryv1.Tier) string {

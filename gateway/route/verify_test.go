@@ -66,38 +66,39 @@ func TestFuzzyVerificationByTheFreshSearch(t *testing.T) {
 		cached           *quarryv1.QueryResponse
 		fresh            *quarryv1.ResolveResponse
 		ok               bool
+		reason           string // the rejects metric's reason
 		why              string // substring of the verification
 	}{
 		{"an added qualifier with the same route and top source is served",
 			"when do postgres backups run?", "when do the postgres backups run each week?",
-			direct("data/backups.md"), search(quarryv1.Tier_TIER_DIRECT, 1, "data/backups.md"), true, "search agrees"},
+			direct("data/backups.md"), search(quarryv1.Tier_TIER_DIRECT, 1, "data/backups.md"), true, "", "search agrees"},
 		{"a dropped qualifier with the same route and top source is served",
 			"how do i roll back a failed schema migration?", "how do i roll back a schema migration?",
-			direct("data/rollback.md"), search(quarryv1.Tier_TIER_DIRECT, 1, "data/rollback.md"), true, "search agrees"},
+			direct("data/rollback.md"), search(quarryv1.Tier_TIER_DIRECT, 1, "data/rollback.md"), true, "", "search agrees"},
 		{"a replaced subject is rejected though the search ranks the same document first (gzip vs zlib)",
 			"how does gzip newreader create a new reader?", "how does zlib newreader create a new reader?",
-			direct("compress/gzip.md"), search(quarryv1.Tier_TIER_DIRECT, 1, "compress/gzip.md"), false, "replaced by"},
+			direct("compress/gzip.md"), search(quarryv1.Tier_TIER_DIRECT, 1, "compress/gzip.md"), false, rejectWordReplaced, "replaced by"},
 		{"a replaced occurrence of a repeated word is rejected",
 			"how does http serve accept incoming http connections?", "how does cgi serve accept incoming http connections?",
-			direct("net/http.md"), search(quarryv1.Tier_TIER_DIRECT, 1, "net/http.md"), false, "replaced by"},
+			direct("net/http.md"), search(quarryv1.Tier_TIER_DIRECT, 1, "net/http.md"), false, rejectWordReplaced, "replaced by"},
 		{"a replaced verb whose search finds another document is rejected (rotate vs revoke)",
 			"how do i rotate the jwt api token?", "how do i revoke the jwt api token?",
-			direct("auth/rotate-keys.md"), search(quarryv1.Tier_TIER_DIRECT, 1, "auth/revoke-token.md"), false, "differs"},
+			direct("auth/rotate-keys.md"), search(quarryv1.Tier_TIER_DIRECT, 1, "auth/revoke-token.md"), false, rejectTopSource, "differs"},
 		{"two out-of-domain questions agree whatever words differ",
 			"weather forecast paris today", "weather forecast paris tomorrow",
-			ood, search(quarryv1.Tier_TIER_OUT_OF_DOMAIN, 1, ""), true, "both out of domain"},
+			ood, search(quarryv1.Tier_TIER_OUT_OF_DOMAIN, 1, ""), true, "", "both out of domain"},
 		{"another route is rejected",
 			"weather forecast paris today", "weather forecast paris rotate",
-			ood, search(quarryv1.Tier_TIER_DIRECT, 1, "auth/rotate-keys.md"), false, "routes to"},
+			ood, search(quarryv1.Tier_TIER_DIRECT, 1, "auth/rotate-keys.md"), false, rejectRoute, "routes to"},
 		{"an answer of an older generation is rejected",
 			"when do postgres backups run?", "when do the postgres backups run each week?",
-			direct("data/backups.md"), search(quarryv1.Tier_TIER_DIRECT, 2, "data/backups.md"), false, "knowledge base changed"},
+			direct("data/backups.md"), search(quarryv1.Tier_TIER_DIRECT, 2, "data/backups.md"), false, rejectGeneration, "knowledge base changed"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ok, why := agrees(c.query, c.candidate, c.cached, c.fresh)
-			if ok != c.ok || !strings.Contains(why, c.why) {
-				t.Fatalf("agrees = %v, %q; want %v with %q", ok, why, c.ok, c.why)
+			ok, reason, why := agrees(c.query, c.candidate, c.cached, c.fresh)
+			if ok != c.ok || reason != c.reason || !strings.Contains(why, c.why) {
+				t.Fatalf("agrees = %v, %q, %q; want %v, %q with %q", ok, reason, why, c.ok, c.reason, c.why)
 			}
 		})
 	}
