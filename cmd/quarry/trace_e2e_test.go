@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/quarry-router/quarry/platform/telemetry"
 	"github.com/quarry-router/quarry/services/agent/llm/llmtest"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -33,7 +35,7 @@ func TestOneTraceSpansTheChain(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := gw.Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: llmKB, Query: "What is our on-call process?"})
+	resp, err := gw.Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: llmKB, Query: "What is our on-call process?", Explain: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +149,98 @@ func TestOneTraceSpansTheChain(t *testing.T) {
 	if llmCalls != 3 {
 		t.Errorf("%d LLM HTTP spans in the trace, want 3", llmCalls)
 	}
+	checkAgentSpans(t, byID, resp)
+	for _, m := range []string{"gen_ai_client_token_usage", "gen_ai_client_operation_duration_seconds"} {
+		if body := rec.Body.String(); !strings.Contains(body, m+"_bucket{") || !strings.Contains(body, `gen_ai_request_model="scripted-model"`) {
+			t.Errorf("metrics lack %s for the scripted model", m)
+		}
+	}
+}
+
+// checkAgentSpans checks the agent's part of a T4 trace scripted as search, then
+// read_document, then the answer: the answer's totals on the agent's server span, one
+// agent.iteration span per call under it, each holding its chat span (GenAI
+// conventions: model and tokens, the HTTP call beneath) and the tool calls it asked for,
+// each tool's call to the search service beneath its execute_tool span.
+func checkAgentSpans(t *testing.T, byID map[trace.SpanID]tracetest.SpanStub, resp *quarryv1.QueryResponse) {
+	t.Helper()
+	agent := findIn(byID, "quarry.v1.AgentService/Answer", trace.SpanKindServer)
+	if agent == nil {
+		return // reported above
+	}
+	attrs := attrMap(agent.Attributes)
+	for k, want := range map[string]string{"quarry.tier": "agentic", "quarry.llm.calls": "3", "quarry.agent.iterations": "3",
+		"quarry.agent.tool_calls": "2", "quarry.agent.stop_reason": "answered", "quarry.degraded": "false",
+		"gen_ai.response.model":      "scripted-model",
+		"gen_ai.usage.input_tokens":  fmt.Sprint(resp.GetExplain().GetLlm().GetPromptTokens()),
+		"gen_ai.usage.output_tokens": fmt.Sprint(resp.GetExplain().GetLlm().GetCompletionTokens())} {
+		if attrs[k] != want {
+			t.Errorf("agent server span has %s=%q, want %q", k, attrs[k], want)
+		}
+	}
+	if resp.GetExplain().GetLlm().GetPromptTokens() == 0 {
+		t.Error("the answer reports no prompt tokens")
+	}
+	children := func(parent trace.SpanID, name string) []tracetest.SpanStub {
+		var out []tracetest.SpanStub
+		for _, s := range byID {
+			if s.Parent.SpanID() == parent && strings.HasPrefix(s.Name, name) {
+				out = append(out, s)
+			}
+		}
+		slices.SortFunc(out, func(a, b tracetest.SpanStub) int { return a.StartTime.Compare(b.StartTime) })
+		return out
+	}
+	iterations := children(agent.SpanContext.SpanID(), "agent.iteration")
+	if len(iterations) != 3 {
+		t.Fatalf("%d agent.iteration spans under the agent's server span, want 3", len(iterations))
+	}
+	tools := []string{"search", "read_document", ""}
+	for i, it := range iterations {
+		if got := attrMap(it.Attributes)["quarry.agent.iteration"]; got != fmt.Sprint(i+1) {
+			t.Errorf("iteration span %d has quarry.agent.iteration=%q", i+1, got)
+		}
+		chats := children(it.SpanContext.SpanID(), "chat ")
+		if len(chats) != 1 {
+			t.Errorf("iteration %d holds %d chat spans, want 1", i+1, len(chats))
+			continue
+		}
+		chat := attrMap(chats[0].Attributes)
+		for k, want := range map[string]string{"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
+			"gen_ai.request.model": "scripted-model", "gen_ai.response.model": "scripted-model", "quarry.llm.attempts": "1"} {
+			if chat[k] != want {
+				t.Errorf("iteration %d's chat span has %s=%q, want %q", i+1, k, chat[k], want)
+			}
+		}
+		if chats[0].Name != "chat scripted-model" || chats[0].SpanKind != trace.SpanKindClient || chat["gen_ai.usage.output_tokens"] == "" {
+			t.Errorf("iteration %d's chat span: %q %v %v", i+1, chats[0].Name, chats[0].SpanKind, chat)
+		}
+		if len(children(chats[0].SpanContext.SpanID(), "HTTP ")) != 1 {
+			t.Errorf("iteration %d's chat span does not hold its HTTP call", i+1)
+		}
+		calls := children(it.SpanContext.SpanID(), "execute_tool ")
+		if tools[i] == "" {
+			if len(calls) != 0 {
+				t.Errorf("the answering iteration ran %d tools", len(calls))
+			}
+			continue
+		}
+		if len(calls) != 1 || calls[0].Name != "execute_tool "+tools[i] || attrMap(calls[0].Attributes)["gen_ai.tool.name"] != tools[i] {
+			t.Errorf("iteration %d's tool spans: %v, want one execute_tool %s", i+1, calls, tools[i])
+			continue
+		}
+		if len(children(calls[0].SpanContext.SpanID(), "quarry.v1.SearchService/")) != 1 {
+			t.Errorf("execute_tool %s does not hold its call to the search service", tools[i])
+		}
+	}
+}
+
+func attrMap(kvs []attribute.KeyValue) map[string]string {
+	m := map[string]string{}
+	for _, a := range kvs {
+		m[string(a.Key)] = a.Value.Emit()
+	}
+	return m
 }
 
 // TestCacheHitSpanStaysWithinEightAttributes: the SDK de-duplicates a span's attributes

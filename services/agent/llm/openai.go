@@ -19,12 +19,15 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/quarry-router/quarry/services/agent/loop"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // OpenAI is a loop.Provider for an OpenAI-compatible endpoint.
 type OpenAI struct {
-	cfg    Config
-	client openai.Client
+	cfg     Config
+	client  openai.Client
+	server  []attribute.KeyValue // server.address and port of cfg.BaseURL
+	metrics instruments
 }
 
 var _ loop.Provider = (*OpenAI)(nil)
@@ -44,7 +47,7 @@ func New(cfg Config, opts ...option.RequestOption) *OpenAI {
 		// trace context passed on (an instrumented LLM gateway continues the trace).
 		option.WithHTTPClient(&http.Client{Transport: otelhttp.NewTransport(http.DefaultTransport)}),
 	}
-	return &OpenAI{cfg: cfg, client: openai.NewClient(append(base, opts...)...)}
+	return &OpenAI{cfg: cfg, client: openai.NewClient(append(base, opts...)...), server: server(cfg.BaseURL), metrics: newInstruments()}
 }
 
 // errBrokenStream means a stream ended before the model finished its turn.
@@ -64,7 +67,13 @@ func (e deltaError) Unwrap() error { return e.err }
 // or a dropped connection before any text was passed on is retried after a backoff
 // (doubling from RetryBackoff, capped by MaxRetryDelay, Retry-After honoured within the
 // cap), at most MaxRetries times. Failures come back as *loop.ProviderError.
-func (p *OpenAI) Chat(ctx context.Context, req loop.ChatRequest, onDelta func(string) error) (*loop.ChatResponse, error) {
+func (p *OpenAI) Chat(ctx context.Context, req loop.ChatRequest, onDelta func(string) error) (resp *loop.ChatResponse, err error) {
+	ctx, span := p.startChat(ctx, req)
+	defer func(began time.Time) { p.endChat(ctx, span, began, resp, err) }(time.Now())
+	return p.chat(ctx, req, onDelta)
+}
+
+func (p *OpenAI) chat(ctx context.Context, req loop.ChatRequest, onDelta func(string) error) (*loop.ChatResponse, error) {
 	params := p.params(req)
 	for attempt := 1; ; attempt++ {
 		resp, emitted, err := p.attempt(ctx, params, onDelta)

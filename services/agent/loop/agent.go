@@ -15,6 +15,8 @@ import (
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/services/agent/tools"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Why a loop stopped, as LlmTrace.stop_reason reports it.
@@ -88,6 +90,11 @@ func (a *Agent) Answer(ctx context.Context, req *quarryv1.AnswerRequest, onDelta
 		return nil, err
 	}
 	r := &run{a: a, spec: spec, req: req, onDelta: onDelta, trace: &quarryv1.LlmTrace{}, seen: map[string]int{}}
+	ctx, span, own := answerSpan(ctx, spec.tier)
+	if own {
+		defer span.End()
+	}
+	defer r.record(span)
 	if spec.tier == quarryv1.Tier_TIER_SINGLE_LLM {
 		for _, d := range req.GetPrefetched() {
 			r.gather(d)
@@ -133,36 +140,47 @@ func (r *run) loop(ctx context.Context) error {
 		if step > r.spec.maxSteps && step > 1 {
 			return r.conclude(ctx, StopMaxIterations)
 		}
-		offered := r.spec.tools
-		if step > r.spec.maxSteps {
-			offered = nil // T3 with no tool steps: the first call answers
-		}
-		if r.spec.tier == quarryv1.Tier_TIER_AGENTIC {
-			r.trace.Iterations = int32(step)
-		}
-		resp, err := r.call(ctx, deadline, offered)
+		done, stop, err := r.iterate(ctx, tctx, deadline, step)
 		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case errors.Is(err, errDeadline):
-			return r.conclude(ctx, StopDeadline)
-		case err != nil:
-			return r.fail(ctx, err)
-		}
-		if len(resp.ToolCalls) == 0 || len(offered) == 0 {
-			return r.finish(ctx, resp, StopAnswered)
-		}
-		if r.spec.tier == quarryv1.Tier_TIER_SINGLE_LLM {
-			r.trace.Iterations = int32(step)
-		}
-		stop, err := r.useTools(ctx, tctx, resp, offered)
-		if err != nil {
+		case done:
 			return err
-		}
-		if stop != "" {
+		case stop != "":
 			return r.conclude(ctx, stop)
 		}
 	}
+}
+
+// iterate runs one round of the loop: a call and the tools it asked for. done says the
+// answer is over (err is why, if it failed); otherwise stop, when set, is why the loop
+// must stop and conclude.
+func (r *run) iterate(ctx, tctx context.Context, deadline time.Time, step int) (done bool, stop string, err error) {
+	ctx, span := r.startIteration(ctx, step)
+	defer span.End()
+	offered := r.spec.tools
+	if step > r.spec.maxSteps {
+		offered = nil // T3 with no tool steps: the first call answers
+	}
+	if r.spec.tier == quarryv1.Tier_TIER_AGENTIC {
+		r.trace.Iterations = int32(step)
+	}
+	resp, err := r.call(ctx, deadline, offered)
+	switch {
+	case ctx.Err() != nil:
+		return true, "", ctx.Err()
+	case errors.Is(err, errDeadline):
+		return false, StopDeadline, nil
+	case err != nil:
+		return true, "", r.fail(ctx, err)
+	}
+	if len(resp.ToolCalls) == 0 || len(offered) == 0 {
+		return true, "", r.finish(ctx, resp, StopAnswered)
+	}
+	if r.spec.tier == quarryv1.Tier_TIER_SINGLE_LLM {
+		r.trace.Iterations = int32(step)
+	}
+	// The tools run within the loop's deadline, their spans in this round's.
+	stop, err = r.useTools(ctx, trace.ContextWithSpan(tctx, span), resp, offered)
+	return err != nil, stop, err
 }
 
 // useTools runs the calls of one assistant turn and adds the turn and every call's
@@ -190,37 +208,49 @@ func (r *run) useTools(ctx, tctx context.Context, resp *ChatResponse, offered []
 
 	stop := ""
 	for _, tc := range calls {
-		canon := tools.Canonical(tc.Arguments)
-		r.trace.ToolCalls = append(r.trace.ToolCalls, tools.Cut(tc.Name+"("+canon+")", maxTraceCall))
-		var out string
-		switch {
-		case stop != "":
-			out = "error: not run: the loop stopped (" + stop + ")"
-		case r.repeat(tc.Name + "\x00" + canon):
-			stop = StopLoopDetected
-			out = "error: not run: this exact call was already made; its result is above. Stop calling tools and answer."
-		case tctx.Err() != nil:
-			stop = StopDeadline
-			out = "error: not run: the deadline for gathering information has passed"
-		default:
-			res := r.a.tools.Call(tctx, r.req.GetKnowledgeBase(), tc.Name, tc.Arguments, offered)
-			if ctx.Err() != nil {
-				return "", ctx.Err()
-			}
-			if res.Err != nil {
-				if tctx.Err() != nil {
-					stop = StopDeadline
-				}
-				r.a.log.DebugContext(ctx, "tool call failed", "tool", tc.Name, "err", res.Err)
-			}
-			if res.Doc != nil {
-				r.gather(res.Doc)
-			}
-			out = res.Text
+		out, err := r.useTool(ctx, tctx, tc, offered, &stop)
+		if err != nil {
+			return "", err
 		}
 		r.msgs = append(r.msgs, Message{Role: RoleTool, ToolCallID: tc.ID, Content: out})
 	}
 	return stop, nil
+}
+
+// useTool runs one call, unless the loop has to stop (*stop says why, and is set here
+// when this call is the reason), and returns what the model is told.
+func (r *run) useTool(ctx, tctx context.Context, tc ToolCall, offered []string, stop *string) (string, error) {
+	canon := tools.Canonical(tc.Arguments)
+	r.trace.ToolCalls = append(r.trace.ToolCalls, tools.Cut(tc.Name+"("+canon+")", maxTraceCall))
+	tctx, span := startTool(tctx, tc)
+	switch {
+	case *stop != "":
+		endTool(span, *stop, nil)
+		return "error: not run: the loop stopped (" + *stop + ")", nil
+	case r.repeat(tc.Name + "\x00" + canon):
+		*stop = StopLoopDetected
+		endTool(span, *stop, nil)
+		return "error: not run: this exact call was already made; its result is above. Stop calling tools and answer.", nil
+	case tctx.Err() != nil:
+		*stop = StopDeadline
+		endTool(span, *stop, nil)
+		return "error: not run: the deadline for gathering information has passed", nil
+	}
+	res := r.a.tools.Call(tctx, r.req.GetKnowledgeBase(), tc.Name, tc.Arguments, offered)
+	endTool(span, "", res.Err)
+	if ctx.Err() != nil {
+		return "", ctx.Err()
+	}
+	if res.Err != nil {
+		if tctx.Err() != nil {
+			*stop = StopDeadline
+		}
+		r.a.log.DebugContext(ctx, "tool call failed", "tool", tc.Name, "err", res.Err)
+	}
+	if res.Doc != nil {
+		r.gather(res.Doc)
+	}
+	return res.Text, nil
 }
 
 // repeat counts a call and reports whether it has now been asked for RepeatLimit times.
@@ -295,6 +325,8 @@ func (r *run) chat(ctx context.Context, offered []string, onDelta func(string) e
 func (r *run) conclude(ctx context.Context, why string) error {
 	r.a.log.DebugContext(ctx, "agent loop stopped", "kb", r.req.GetKnowledgeBase(), "reason", why, "calls", r.trace.GetCalls())
 	r.msgs = append(r.msgs, Message{Role: RoleUser, Content: concludePrompt(why)})
+	ctx, span := tracer.Start(ctx, "agent.conclude", trace.WithAttributes(attribute.String("quarry.agent.stop_reason", why)))
+	defer span.End()
 	cctx, cancel := context.WithTimeout(ctx, r.a.cfg.ConcludeTimeout)
 	defer cancel()
 	first := true

@@ -1,0 +1,145 @@
+package llm
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/quarry-router/quarry/services/agent/llm/llmtest"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+// The package's tracer and meter delegate to the first global providers set in the
+// process, so the test binary sets them once.
+var (
+	telemetryOnce sync.Once
+	spanExporter  *tracetest.InMemoryExporter
+	metricReader  *sdkmetric.ManualReader
+)
+
+func recording(t *testing.T) (*tracetest.InMemoryExporter, *sdkmetric.ManualReader) {
+	t.Helper()
+	telemetryOnce.Do(func() {
+		spanExporter = tracetest.NewInMemoryExporter()
+		otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(spanExporter)))
+		metricReader = sdkmetric.NewManualReader()
+		otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(metricReader)))
+	})
+	spanExporter.Reset()
+	return spanExporter, metricReader
+}
+
+// TestChatIsTracedAndMeasuredAsGenAIConventionsSay: every Chat call is one client span
+// named for the model with the request, response and token counts, failed calls marked
+// with their error.type, and the duration and token histograms carry the same model.
+func TestChatIsTracedAndMeasuredAsGenAIConventionsSay(t *testing.T) {
+	tests := []struct {
+		name      string
+		turns     []llmtest.Turn
+		want      map[string]string
+		errorType string
+	}{
+		{"an answer", []llmtest.Turn{{Content: "ok", PromptTokens: 120, CompletionTokens: 9, Model: "served-model"}},
+			map[string]string{"gen_ai.response.model": "served-model", "gen_ai.usage.input_tokens": "120",
+				"gen_ai.usage.output_tokens": "9", "gen_ai.response.finish_reasons": `["stop"]`, "quarry.llm.attempts": "1"}, ""},
+		{"an answer after a retry", []llmtest.Turn{{Status: 503}, {Content: "ok", PromptTokens: 7, CompletionTokens: 1}},
+			map[string]string{"gen_ai.response.model": "scripted-model", "quarry.llm.attempts": "2"}, ""},
+		{"a client error", []llmtest.Turn{{Status: 400}}, map[string]string{}, "400"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spans, reader := recording(t)
+			srv := llmtest.New(t, tt.turns...)
+			onDelta, _ := collect(t)
+			_, err := New(testConfig(srv.BaseURL())).Chat(context.Background(), chatRequest(), onDelta)
+			if (err != nil) != (tt.errorType != "") {
+				t.Fatalf("Chat error %v, want error.type %q", err, tt.errorType)
+			}
+			got := spans.GetSpans()
+			if len(got) != 1+len(tt.turns) && tt.errorType == "" || len(got) == 0 {
+				t.Fatalf("%d spans, want the chat span and one HTTP span per attempt", len(got))
+			}
+			chat := got[len(got)-1] // ends last: it holds the attempts
+			attrs := map[string]string{}
+			for _, a := range chat.Attributes {
+				attrs[string(a.Key)] = a.Value.Emit()
+			}
+			want := map[string]string{"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
+				"gen_ai.request.model": "scripted-model", "gen_ai.request.max_tokens": "1024", "gen_ai.request.temperature": "0.3",
+				"server.address": "127.0.0.1"}
+			for k, v := range tt.want {
+				want[k] = v
+			}
+			if tt.errorType != "" {
+				want["error.type"] = tt.errorType
+			}
+			for k, v := range want {
+				if attrs[k] != v {
+					t.Errorf("chat span has %s=%q, want %q", k, attrs[k], v)
+				}
+			}
+			if chat.Name != "chat scripted-model" {
+				t.Errorf("span name %q", chat.Name)
+			}
+			for _, s := range got[:len(got)-1] {
+				if s.Parent.SpanID() != chat.SpanContext.SpanID() || !strings.HasPrefix(s.Name, "HTTP ") {
+					t.Errorf("span %q is not an HTTP attempt under the chat span", s.Name)
+				}
+			}
+			if wantCode := map[bool]codes.Code{true: codes.Error, false: codes.Unset}[tt.errorType != ""]; chat.Status.Code != wantCode {
+				t.Errorf("chat span status %v, want %v", chat.Status, wantCode)
+			}
+
+			var rm metricdata.ResourceMetrics
+			if err := reader.Collect(context.Background(), &rm); err != nil {
+				t.Fatal(err)
+			}
+			if n := histogramCount(rm, "gen_ai.client.operation.duration", tt.errorType); n == 0 {
+				t.Errorf("no gen_ai.client.operation.duration point with error.type %q", tt.errorType)
+			}
+			if tt.errorType == "" && histogramCount(rm, "gen_ai.client.token.usage", "") < 2 {
+				t.Error("no input and output token usage points")
+			}
+		})
+	}
+}
+
+// histogramCount is how many measurements a GenAI histogram holds for the scripted
+// model with the given error.type ("" for none).
+func histogramCount(rm metricdata.ResourceMetrics, name, errorType string) uint64 {
+	var n uint64
+	match := func(set attribute.Set) bool {
+		model, _ := set.Value("gen_ai.request.model")
+		et, _ := set.Value("error.type")
+		return model.AsString() == "scripted-model" && et.AsString() == errorType
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					if match(p.Attributes) {
+						n += p.Count
+					}
+				}
+			case metricdata.Histogram[int64]:
+				for _, p := range d.DataPoints {
+					if match(p.Attributes) {
+						n += p.Count
+					}
+				}
+			}
+		}
+	}
+	return n
+}
