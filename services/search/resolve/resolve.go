@@ -342,14 +342,19 @@ func (r *Resolver) search(ctx context.Context, k *kb.KB, pq query) ([]rank.Candi
 		return nil, false, nil
 	}
 	eq := engine.Query{Terms: pq.terms, Scope: pq.scope, AllTerms: true, Limit: r.cfg.SearchLimit, Passage: passageWords}
+	start := time.Now()
 	hits, err := k.Engine.Search(ctx, eq)
+	engine.Observe(ctx, k.Engine, engine.OpSearch, start, err)
 	if err != nil {
 		return nil, false, fmt.Errorf("search %s: %w", k.ID, err)
 	}
 	all := len(hits) > 0
 	if !all && len(pq.terms) > 1 {
 		eq.AllTerms = false
-		if hits, err = k.Engine.Search(ctx, eq); err != nil {
+		start = time.Now()
+		hits, err = k.Engine.Search(ctx, eq)
+		engine.Observe(ctx, k.Engine, engine.OpSearch, start, err)
+		if err != nil {
 			return nil, false, fmt.Errorf("search %s: %w", k.ID, err)
 		}
 	}
@@ -390,7 +395,10 @@ func (r *Resolver) entitySearch(ctx context.Context, k *kb.KB, scope string, ent
 	if ms, ok := k.Engine.(engine.MultiSearcher); ok && len(qs) > 1 {
 		// One round trip to a remote engine instead of one per term.
 		var err error
-		if out, err = ms.SearchMany(ctx, qs); err != nil {
+		start := time.Now()
+		out, err = ms.SearchMany(ctx, qs)
+		engine.Observe(ctx, ms, engine.OpSearchMany, start, err)
+		if err != nil {
 			return nil, fmt.Errorf("entity search %s: %w", k.ID, err)
 		}
 	} else {
@@ -401,7 +409,9 @@ func (r *Resolver) entitySearch(ctx context.Context, k *kb.KB, scope string, ent
 		for i, q := range qs {
 			r.pool.Go(func() {
 				defer wg.Done()
+				start := time.Now()
 				out[i], errs[i] = k.Engine.Search(ctx, q)
+				engine.Observe(ctx, k.Engine, engine.OpSearch, start, errs[i])
 			})
 		}
 		wg.Wait()

@@ -69,7 +69,10 @@ type Index struct {
 	writeMu sync.Mutex
 }
 
-var _ engine.Backend = (*Index)(nil)
+var (
+	_ engine.Backend = (*Index)(nil)
+	_ engine.Named   = (*Index)(nil)
+)
 
 // Build indexes docs. With cfg.Dir set it first tries to reopen the index persisted there,
 // which it reuses if it was built with cfg.Fingerprint; otherwise it replaces it.
@@ -337,6 +340,9 @@ func (ix *Index) Len() int {
 	defer ix.mu.RUnlock()
 	return ix.n
 }
+
+// Name names the engine in the backend metrics.
+func (ix *Index) Name() string { return "bleve" }
 
 // Reused reports whether Build reopened a persisted index instead of indexing.
 func (ix *Index) Reused() bool { return ix.reused }

@@ -96,6 +96,7 @@ type Index struct {
 var (
 	_ engine.Writer        = (*Index)(nil)
 	_ engine.MultiSearcher = (*Index)(nil)
+	_ engine.Named         = (*Index)(nil)
 )
 
 // Open connects to the index of a knowledge base, creating it and applying its settings
@@ -419,6 +420,9 @@ func (ix *Index) Len() int {
 	defer ix.mu.RUnlock()
 	return ix.n
 }
+
+// Name names the engine in the backend metrics.
+func (ix *Index) Name() string { return "meilisearch" }
 
 // Close releases the client's connections; the index stays on the server.
 func (ix *Index) Close() error {
