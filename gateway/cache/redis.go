@@ -143,7 +143,12 @@ func (c *RedisConfig) NewClient() (*redis.Client, error) {
 		}
 		opt.TLSConfig = tc
 	}
-	return redis.NewClient(opt), nil
+	client := redis.NewClient(opt)
+	if err := traceCommands(client); err != nil {
+		client.Close()
+		return nil, err
+	}
+	return client, nil
 }
 
 // maxRawKeyPart is the longest query or token used verbatim in a key; longer ones are
