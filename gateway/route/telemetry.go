@@ -22,7 +22,7 @@ type instruments struct {
 	latency  metric.Float64Histogram
 	outcomes sync.Map // outcomeKey → *outcomeSets
 	rejects  metric.Int64Counter
-	reasons  map[string]metric.AddOption
+	reasons  map[string][]metric.AddOption
 }
 
 // Why the fresh search did not confirm a fuzzy candidate: the quarry.reason of the
@@ -48,16 +48,16 @@ func newInstruments() *instruments {
 	rj, _ := m.Int64Counter("quarry.gateway.fuzzy.rejects",
 		metric.WithDescription("Fuzzy cache candidates the fresh search did not confirm, by reason; the question was answered afresh"),
 		metric.WithUnit("{candidate}"))
-	reasons := map[string]metric.AddOption{}
+	reasons := map[string][]metric.AddOption{}
 	for _, r := range []string{rejectUnreadable, rejectSearchFailed, rejectGeneration, rejectRoute, rejectTopSource, rejectWordReplaced} {
-		reasons[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("quarry.reason", r)))
+		reasons[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("quarry.reason", r)))}
 	}
 	return &instruments{queries: q, latency: l, rejects: rj, reasons: reasons}
 }
 
 // reject counts a fuzzy candidate turned down for reason, one of the reject* kinds.
 func (in *instruments) reject(ctx context.Context, reason string) {
-	in.rejects.Add(ctx, 1, in.reasons[reason])
+	in.rejects.Add(ctx, 1, in.reasons[reason]...)
 }
 
 func tierName(t quarryv1.Tier) string {
@@ -110,7 +110,9 @@ type outcomeKey struct {
 // outcomeSets are the attribute sets of one outcome, built once: building a set sorts
 // and hashes its attributes, which would otherwise happen twice per query.
 type outcomeSets struct {
-	all, tier metric.MeasurementOption
+	// As slices: one option passed on its own escapes into a slice made per call.
+	all  []metric.AddOption
+	tier []metric.RecordOption
 	// span is the outcome's attributes on the query's span: tier and origin tier, and,
 	// for an answer computed in this call, whether it is degraded (from_cache follows
 	// from the tier).
@@ -125,8 +127,8 @@ func (in *instruments) sets(k outcomeKey) *outcomeSets {
 	origin := attribute.String("quarry.origin_tier", tierName(k.origin))
 	degraded := attribute.Bool("quarry.degraded", k.degraded)
 	s := &outcomeSets{
-		all:  metric.WithAttributeSet(attribute.NewSet(tier, origin, attribute.Bool("quarry.from_cache", k.fromCache), degraded)),
-		tier: metric.WithAttributeSet(attribute.NewSet(tier)),
+		all:  []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(tier, origin, attribute.Bool("quarry.from_cache", k.fromCache), degraded))},
+		tier: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(tier))},
 		span: []attribute.KeyValue{tier, origin},
 	}
 	if !k.fromCache {
@@ -157,6 +159,6 @@ func (in *instruments) record(ctx context.Context, span trace.Span, resp *quarry
 		}
 		span.SetAttributes(attrs...)
 	}
-	in.queries.Add(ctx, 1, s.all)
-	in.latency.Record(ctx, float64(elapsed.Microseconds())/1000, s.tier)
+	in.queries.Add(ctx, 1, s.all...)
+	in.latency.Record(ctx, float64(elapsed.Microseconds())/1000, s.tier...)
 }
