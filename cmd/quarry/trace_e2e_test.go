@@ -95,21 +95,30 @@ func TestOneTraceSpansTheChain(t *testing.T) {
 		}
 	}
 	// The search stages are children of the search service's server span, which
-	// carries the routing decision.
+	// carries the route (within the eight attributes the SDK ends without a map); the
+	// gate's span carries the decision and its inputs.
 	resolve := findIn(byID, "quarry.v1.SearchService/Resolve", trace.SpanKindServer)
 	if resolve != nil {
-		decision := map[string]string{}
-		for _, a := range resolve.Attributes {
-			decision[string(a.Key)] = a.Value.Emit()
-		}
-		for _, k := range []string{"quarry.route", "quarry.gate.decision", "quarry.top_path", "quarry.kb"} {
-			if decision[k] == "" {
-				t.Errorf("search server span lacks %s: %v", k, decision)
+		route := attrMap(resolve.Attributes)
+		for _, k := range []string{"quarry.route", "quarry.kb", "quarry.generation"} {
+			if route[k] == "" {
+				t.Errorf("search server span lacks %s: %v", k, route)
 			}
+		}
+		if len(resolve.Attributes) > 8 {
+			t.Errorf("search server span has %d attributes, want at most 8: %v", len(resolve.Attributes), route)
 		}
 		for _, name := range []string{"search.search", "search.gate"} {
 			if s := findIn(byID, name, trace.SpanKindInternal); s != nil && s.Parent.SpanID() != resolve.SpanContext.SpanID() {
 				t.Errorf("span %s is not a child of the search server span", name)
+			}
+		}
+		if g := findIn(byID, "search.gate", trace.SpanKindInternal); g != nil {
+			decision := attrMap(g.Attributes)
+			for _, k := range []string{"quarry.outcome", "quarry.gate.top_relevance", "quarry.results", "quarry.top_path", "quarry.top_score"} {
+				if decision[k] == "" {
+					t.Errorf("search.gate span lacks %s: %v", k, decision)
+				}
 			}
 		}
 	}
