@@ -67,10 +67,10 @@ var (
 // Every iteration asks a new question (T2: with the fuzzy cache off, a new question
 // always reaches the search), the same question again (T0), once more ("T0 again") and
 // a health check, which is not traced: its added figure is the noise of the run,
-// contention included. The bar is on T0, the repeat that follows a T2 at once: T2's
-// server spans end after its response is written, as the repeat arrives, so that is
-// where tracing costs a cached answer most; T0 again shows a cached answer after a
-// cached answer. The
+// contention included. The bar is on T0, the repeat that follows a T2 at once, while
+// what T2 leaves running (its server spans end after its response is written) shares
+// the cores; T0 again is a cached answer after a cached answer, to tell the two apart
+// (over seven runs they did not differ beyond the noise). The
 // client is not instrumented: callers of the gateway are other processes, and its
 // server span is the root of the trace.
 //
