@@ -88,7 +88,7 @@ func (p *OpenAI) chat(ctx context.Context, req loop.ChatRequest, onDelta func(st
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		retry, what := classify(err, p.cfg)
+		retry, what, _ := classify(err, p.cfg)
 		if emitted {
 			return nil, &loop.ProviderError{Summary: "the answer stream broke off after it had started", Err: err}
 		}
@@ -250,9 +250,10 @@ func message(m loop.Message) openai.ChatCompletionMessageParamUnion {
 	}
 }
 
-// classify says whether a failed attempt is worth another, and names the failure in
-// words safe to show users.
-func classify(err error, cfg Config) (retry bool, what string) {
+// classify says whether a failed attempt is worth another, names the failure in words
+// safe to show users, and gives its kind in a few values, the error.type of the call's
+// span and metrics: the HTTP status the server answered with, or what kind of failure.
+func classify(err error, cfg Config) (retry bool, what, kind string) {
 	var apiErr *openai.Error
 	var netErr net.Error
 	switch {
@@ -266,17 +267,17 @@ func classify(err error, cfg Config) (retry bool, what string) {
 			what += " (check -llm-base-url and -llm-model)"
 		}
 		return code == http.StatusRequestTimeout || code == http.StatusConflict ||
-			code == http.StatusTooManyRequests || code >= 500, what
+			code == http.StatusTooManyRequests || code >= 500, what, strconv.Itoa(code)
 	case errors.Is(err, context.DeadlineExceeded):
-		return true, fmt.Sprintf("no complete answer within -llm-timeout (%s)", cfg.Timeout)
+		return true, fmt.Sprintf("no complete answer within -llm-timeout (%s)", cfg.Timeout), "timeout"
 	case errors.Is(err, errBrokenStream), errors.Is(err, io.ErrUnexpectedEOF):
-		return true, "the answer stream broke off"
+		return true, "the answer stream broke off", "broken_stream"
 	case errors.As(err, &netErr):
-		return true, "could not connect to the endpoint"
+		return true, "could not connect to the endpoint", "connection"
 	case errors.Is(err, errBadChunk):
-		return false, "the LLM sent a malformed stream"
+		return false, "the LLM sent a malformed stream", "broken_stream"
 	default:
-		return false, "the LLM's response could not be read"
+		return false, "the LLM's response could not be read", "_OTHER"
 	}
 }
 

@@ -3,13 +3,10 @@ package llm
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"net/url"
 	"strconv"
 	"time"
 
-	"github.com/openai/openai-go/v3"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -97,7 +94,7 @@ func (p *OpenAI) endChat(ctx context.Context, span trace.Span, began time.Time, 
 		p.metrics.tokens.Record(ctx, resp.CompletionTokens, genaiconv.OperationNameChat, providerName, genaiconv.TokenTypeOutput, attrs...)
 	}
 	if err != nil {
-		kind := errorType(err)
+		kind := p.errorType(err)
 		attrs = append(attrs, semconv.ErrorTypeKey.String(kind))
 		span.SetAttributes(semconv.ErrorTypeKey.String(kind))
 		msg := "the caller stopped the call"
@@ -109,23 +106,12 @@ func (p *OpenAI) endChat(ctx context.Context, span trace.Span, began time.Time, 
 	p.metrics.duration.Record(ctx, time.Since(began).Seconds(), genaiconv.OperationNameChat, providerName, attrs...)
 }
 
-// errorType is a failed call's error.type, in a few values: the HTTP status the server
-// answered with, or what kind of failure it was. A call the caller stopped (its context
-// ended, or it refused the text) is "canceled".
-func errorType(err error) string {
-	var apiErr *openai.Error
-	var netErr net.Error
-	switch {
-	case !errors.Is(err, loop.ErrProvider):
+// errorType is a failed call's error.type: classify's kind of its cause, or "canceled"
+// for a call the caller stopped (its context ended, or it refused the text).
+func (p *OpenAI) errorType(err error) string {
+	if !errors.Is(err, loop.ErrProvider) {
 		return "canceled"
-	case errors.As(err, &apiErr):
-		return strconv.Itoa(apiErr.StatusCode)
-	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	case errors.Is(err, errBrokenStream), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, errBadChunk):
-		return "broken_stream"
-	case errors.As(err, &netErr):
-		return "connection"
 	}
-	return "_OTHER"
+	_, _, kind := classify(err, p.cfg)
+	return kind
 }
