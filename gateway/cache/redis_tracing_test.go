@@ -3,28 +3,16 @@ package cache_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/quarry-router/quarry/gateway/cache"
 	"github.com/quarry-router/quarry/gateway/cache/redistest"
-	"go.opentelemetry.io/otel"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
 )
 
-// testTracing installs one recording tracer provider for the package's tests: tracers
-// taken from the global provider follow only the first one set in the process.
-var testTracing = sync.OnceValues(func() (*sdktrace.TracerProvider, *tracetest.InMemoryExporter) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	otel.SetTracerProvider(tp)
-	return tp, exp
-})
-
 func TestRedisCommandsAreTracedWithinAQuerysTrace(t *testing.T) {
-	tp, exp := testTracing()
+	tp, exp := telemetrytest.Tracing()
 	srv := redistest.Start(t)
 	rc := testRedisConfig(srv.Addr, "traced:")
 	store := cache.NewRedis(newClient(t, rc), cache.DefaultConfig(), rc, time.Now, nil)

@@ -18,7 +18,7 @@ import (
 
 	"github.com/quarry-router/quarry/gateway/cache"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
-	"go.opentelemetry.io/otel"
+	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -356,7 +356,7 @@ func TestFuzzyCache(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			reader := testMetrics()
+			reader := telemetrytest.Metrics()
 			h := newHarness(t, nil)
 			h.query(c.cached)
 			before := rejects(t, reader)
@@ -382,14 +382,6 @@ func TestFuzzyCache(t *testing.T) {
 		})
 	}
 }
-
-// testMetrics installs one metric reader for the package's tests, as testTracing does
-// for spans.
-var testMetrics = sync.OnceValue(func() *sdkmetric.ManualReader {
-	r := sdkmetric.NewManualReader()
-	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(r)))
-	return r
-})
 
 // rejects reads the fuzzy rejects counter by reason.
 func rejects(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {

@@ -2,26 +2,15 @@ package route
 
 import (
 	"context"
-	"sync"
 	"testing"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
-	"go.opentelemetry.io/otel"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
-// testTracing installs one recording tracer provider for the package's tests: the
-// package's tracer delegates to the first provider set in the process, for good.
-var testTracing = sync.OnceValues(func() (*sdktrace.TracerProvider, *tracetest.InMemoryExporter) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	otel.SetTracerProvider(tp)
-	return tp, exp
-})
-
 func TestQueryOutcomeGoesOnOneSpanPerQuery(t *testing.T) {
-	tp, exp := testTracing()
+	tp, exp := telemetrytest.Tracing()
 	tests := []struct {
 		name     string
 		caller   bool   // the query arrives inside a recording span, as over gRPC

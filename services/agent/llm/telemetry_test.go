@@ -3,38 +3,14 @@ package llm
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
 	"github.com/quarry-router/quarry/services/agent/llm/llmtest"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
-
-// The package's tracer and meter delegate to the first global providers set in the
-// process, so the test binary sets them once.
-var (
-	telemetryOnce sync.Once
-	spanExporter  *tracetest.InMemoryExporter
-	metricReader  *sdkmetric.ManualReader
-)
-
-func recording(t *testing.T) (*tracetest.InMemoryExporter, *sdkmetric.ManualReader) {
-	t.Helper()
-	telemetryOnce.Do(func() {
-		spanExporter = tracetest.NewInMemoryExporter()
-		otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(spanExporter)))
-		metricReader = sdkmetric.NewManualReader()
-		otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(metricReader)))
-	})
-	spanExporter.Reset()
-	return spanExporter, metricReader
-}
 
 // TestChatIsTracedAndMeasuredAsGenAIConventionsSay: every Chat call is one client span
 // named for the model with the request, response and token counts, failed calls marked
@@ -55,7 +31,9 @@ func TestChatIsTracedAndMeasuredAsGenAIConventionsSay(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			spans, reader := recording(t)
+			_, spans := telemetrytest.Tracing()
+			spans.Reset()
+			reader := telemetrytest.Metrics()
 			srv := llmtest.New(t, tt.turns...)
 			onDelta, _ := collect(t)
 			_, err := New(testConfig(srv.BaseURL())).Chat(context.Background(), chatRequest(), onDelta)

@@ -1,0 +1,39 @@
+// Package telemetrytest records a test binary's spans and metrics through the real
+// OpenTelemetry SDK, installed as the global providers.
+//
+// Tracers and meters taken from the global providers before one is set (the
+// package-level otel.Tracer and otel.Meter of the services' packages) follow the first
+// provider set in the process and no later one. So a test binary installs one of each,
+// once, and its tests share them: reset the exporter, or compare readings before and
+// after, rather than installing another.
+package telemetrytest
+
+import (
+	"sync"
+
+	"go.opentelemetry.io/otel"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+var tracing = sync.OnceValues(func() (*sdktrace.TracerProvider, *tracetest.InMemoryExporter) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	otel.SetTracerProvider(tp)
+	return tp, exp
+})
+
+// Tracing returns the process's global tracer provider, which records every span into
+// the exporter as it ends, installing both on first use.
+func Tracing() (*sdktrace.TracerProvider, *tracetest.InMemoryExporter) { return tracing() }
+
+var metrics = sync.OnceValue(func() *sdkmetric.ManualReader {
+	r := sdkmetric.NewManualReader()
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(r)))
+	return r
+})
+
+// Metrics returns the reader of the process's global meter provider (cumulative
+// totals), installing both on first use.
+func Metrics() *sdkmetric.ManualReader { return metrics() }
