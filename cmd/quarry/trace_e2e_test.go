@@ -123,10 +123,7 @@ func TestOneTraceSpansTheChain(t *testing.T) {
 		}
 	}
 	// The gateway's server span carries the routing outcome and the cache lookups.
-	attrs := map[string]string{}
-	for _, a := range root.Attributes {
-		attrs[string(a.Key)] = a.Value.Emit()
-	}
+	attrs := attrMap(root.Attributes)
 	for k, want := range map[string]string{"quarry.tier": "agentic", "quarry.origin_tier": "agentic", "quarry.degraded": "false",
 		"quarry.kb": llmKB, "quarry.generation": fmt.Sprint(resp.GetGeneration())} {
 		if attrs[k] != want {
@@ -279,10 +276,7 @@ func TestCacheHitSpanStaysWithinEightAttributes(t *testing.T) {
 	if root == nil {
 		t.Fatal("no gateway server span for the cache hit")
 	}
-	attrs := map[string]string{}
-	for _, a := range root.Attributes {
-		attrs[string(a.Key)] = a.Value.Emit()
-	}
+	attrs := attrMap(root.Attributes)
 	if len(root.Attributes) > 8 {
 		t.Errorf("the cache hit's server span has %d attributes, want at most 8: %v", len(root.Attributes), attrs)
 	}
