@@ -156,6 +156,10 @@ func TestOneTraceSpansTheChain(t *testing.T) {
 		t.Errorf("%d LLM HTTP spans in the trace, want 3", llmCalls)
 	}
 	checkAgentSpans(t, byID, resp)
+	if body := rec.Body.String(); !strings.Contains(body, `quarry_search_backend_duration_milliseconds_bucket{`) ||
+		!strings.Contains(body, `quarry_backend="bleve"`) || !strings.Contains(body, `quarry_op="search"`) {
+		t.Error("metrics lack the search backend's latency")
+	}
 	for _, m := range []string{"gen_ai_client_token_usage", "gen_ai_client_operation_duration_seconds"} {
 		if body := rec.Body.String(); !strings.Contains(body, m+"_bucket{") || !strings.Contains(body, `gen_ai_request_model="scripted-model"`) {
 			t.Errorf("metrics lack %s for the scripted model", m)
@@ -350,4 +354,39 @@ func descends(byID map[trace.SpanID]tracetest.SpanStub, s tracetest.SpanStub, ro
 		s = next
 	}
 	return false
+}
+
+// TestRedisCommandsAreInTheQuerysTrace: with the Redis cache, a cached answer asked over
+// gRPC shows its Redis lookup as a client span beneath the gateway's server span, without
+// the command text.
+func TestRedisCommandsAreInTheQuerysTrace(t *testing.T) {
+	exp, _ := inMemoryTracing(t) // before the replicas: their Redis clients take the provider set now
+	c := startRedisCluster(t)
+	askOn(t, c.a, jwtRotateQ)
+	exp.Reset()
+	wantServed(t, askOn(t, c.a, jwtRotateQ), quarryv1.Tier_TIER_EXACT_CACHE, true)
+	var root *tracetest.SpanStub
+	for deadline := time.Now().Add(5 * time.Second); root == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		root = find(exp.GetSpans(), "quarry.v1.QueryService/Query", trace.SpanKindServer)
+	}
+	if root == nil {
+		t.Fatal("no gateway server span for the cached answer")
+	}
+	var commands []string
+	for _, s := range exp.GetSpans() {
+		if s.Parent.SpanID() != root.SpanContext.SpanID() || s.SpanKind != trace.SpanKindClient {
+			continue
+		}
+		attrs := attrMap(s.Attributes)
+		if attrs["db.system"] != "redis" {
+			continue
+		}
+		commands = append(commands, s.Name)
+		if attrs["db.statement"] != "" {
+			t.Errorf("Redis span %q carries the command text", s.Name)
+		}
+	}
+	if len(commands) == 0 {
+		t.Fatal("the cached answer's trace holds no Redis command span")
+	}
 }
