@@ -10,8 +10,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http/httptest"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +26,7 @@ import (
 	"github.com/quarry-router/quarry/gateway/generations"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/telemetry"
 	"github.com/quarry-router/quarry/platform/text"
 	searchapp "github.com/quarry-router/quarry/services/search/app"
 	"github.com/quarry-router/quarry/services/search/kb"
@@ -619,8 +622,10 @@ type nearDuplicatePair struct {
 // labelled pairs must have none. The extra pairs (testdata/near_duplicates.jsonl) are
 // built to be fuzzy candidates; a wrong hit among them is reported, and must have been
 // let through by the fresh search agreeing (same route, same top document) — never by
-// the stems rule, which different questions cannot pass.
+// the stems rule, which different questions cannot pass. Each candidate the fresh search
+// turns down is counted in quarry.gateway.fuzzy.rejects by reason.
 func TestNearDuplicatesAreVerifiedAcrossReplicas(t *testing.T) {
+	_, tel := inMemoryTracing(t) // before the replicas: their meters take the provider set now
 	c := startRedisCluster(t)
 	c.search.slow.Store(int64(10 * time.Millisecond))
 	var pairs []nearDuplicatePair
@@ -632,7 +637,7 @@ func TestNearDuplicatesAreVerifiedAcrossReplicas(t *testing.T) {
 	}
 	pairs = append(pairs, loadJSONLines[nearDuplicatePair](t, "testdata/near_duplicates.jsonl")...)
 	ctx := context.Background()
-	var different, candidates, wrong, same, served int
+	var different, candidates, wrong, same, served, rejected int
 	for _, p := range pairs {
 		// Every pair starts from an empty cache (the generations survive in each
 		// replica's view, which never goes back).
@@ -641,6 +646,9 @@ func TestNearDuplicatesAreVerifiedAcrossReplicas(t *testing.T) {
 		}
 		askOn(t, c.a, p.A)
 		resp := askOn(t, c.b, p.B)
+		if strings.HasPrefix(resp.GetExplain().GetCache().GetFuzzy(), "rejected: ") {
+			rejected++
+		}
 		if p.Same {
 			same++
 			if resp.GetFromCache() {
@@ -669,4 +677,26 @@ func TestNearDuplicatesAreVerifiedAcrossReplicas(t *testing.T) {
 	if candidates < different/2 {
 		t.Errorf("only %d of %d different pairs reach the fuzzy threshold: the set does not exercise verification", candidates, different)
 	}
+	if counted := fuzzyRejects(t, tel); rejected == 0 || counted != rejected {
+		t.Errorf("%d candidates were rejected by the fresh search; quarry_gateway_fuzzy_rejects_total counts %d", rejected, counted)
+	}
+}
+
+// fuzzyRejects sums quarry_gateway_fuzzy_rejects_total over its reasons, as /metrics
+// serves it.
+func fuzzyRejects(t *testing.T, tel *telemetry.Telemetry) int {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	n := 0
+	for _, l := range strings.Split(rec.Body.String(), "\n") {
+		if rest, ok := strings.CutPrefix(l, "quarry_gateway_fuzzy_rejects_total{"); ok {
+			v, err := strconv.Atoi(rest[strings.LastIndexByte(rest, ' ')+1:])
+			if err != nil {
+				t.Fatalf("metrics line %q: %v", l, err)
+			}
+			n += v
+		}
+	}
+	return n
 }
