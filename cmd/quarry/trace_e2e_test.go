@@ -6,17 +6,16 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/telemetry"
 	"github.com/quarry-router/quarry/services/agent/llm/llmtest"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // TestOneTraceSpansTheChain asks a T4 question over real gRPC sockets with an in-memory
@@ -304,18 +303,26 @@ func TestCacheHitSpanStaysWithinEightAttributes(t *testing.T) {
 	}
 }
 
-// inMemoryTracing sets up telemetry as the services do, exporting spans to memory.
-func inMemoryTracing(t *testing.T) (*tracetest.InMemoryExporter, *telemetry.Telemetry) {
-	t.Helper()
+// processTelemetry is set up once per test binary, as a service sets it up once at
+// start: the services' packages take their tracers and meters from the global
+// providers, which follow the first provider set in a process and no later one, so a
+// second Setup would leave them writing to the first. Tests share it: each resets the
+// exporter, and metrics are compared before and after.
+var processTelemetry = sync.OnceValues(func() (*tracetest.InMemoryExporter, *telemetry.Telemetry) {
 	exp := tracetest.NewInMemoryExporter()
 	tel, err := telemetry.Setup(context.Background(), telemetry.Config{Service: "quarry-test", SpanExporter: exp, Getenv: func(string) string { return "" }})
 	if err != nil {
-		t.Fatal(err)
+		panic(fmt.Sprintf("telemetry setup: %v", err))
 	}
-	t.Cleanup(func() {
-		tel.Shutdown(context.Background())
-		otel.SetTracerProvider(noop.NewTracerProvider())
-	})
+	return exp, tel
+})
+
+// inMemoryTracing sets up telemetry as the services do, exporting spans to memory, and
+// empties the exporter.
+func inMemoryTracing(t *testing.T) (*tracetest.InMemoryExporter, *telemetry.Telemetry) {
+	t.Helper()
+	exp, tel := processTelemetry()
+	exp.Reset()
 	return exp, tel
 }
 
@@ -360,7 +367,7 @@ func descends(byID map[trace.SpanID]tracetest.SpanStub, s tracetest.SpanStub, ro
 // gRPC shows its Redis lookup as a client span beneath the gateway's server span, without
 // the command text.
 func TestRedisCommandsAreInTheQuerysTrace(t *testing.T) {
-	exp, _ := inMemoryTracing(t) // before the replicas: their Redis clients take the provider set now
+	exp, _ := inMemoryTracing(t) // before the replicas: their Redis clients take the global provider as they start
 	c := startRedisCluster(t)
 	askOn(t, c.a, jwtRotateQ)
 	exp.Reset()
