@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -23,9 +24,13 @@ import (
 	"testing"
 	"time"
 
+	gatewayapp "github.com/quarry-router/quarry/gateway/app"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/daemon"
 	"github.com/quarry-router/quarry/platform/telemetry"
 	"github.com/quarry-router/quarry/platform/telemetry/otlptest"
+	agentapp "github.com/quarry-router/quarry/services/agent/app"
+	searchapp "github.com/quarry-router/quarry/services/search/app"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
@@ -116,18 +121,93 @@ func BenchmarkTracingOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { cancel(); <-sys.done })
-	conn, err := grpc.NewClient(sys.Gateway.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, h := dialGateway(b, sys.Gateway.String())
+	measureTracingOverhead(b, col, tracedSystem{
+		clients:   func(bool) (quarryv1.QueryServiceClient, healthpb.HealthClient) { return c, h },
+		set:       sw.on.Store,
+		flush:     func() error { return tel.TracerProvider().ForceFlush(context.Background()) },
+		cpu:       func(bool) time.Duration { return cpuTime() },
+		inProcess: true,
+	})
+}
+
+// BenchmarkTracingOverheadProcesses measures the same as BenchmarkTracingOverhead in
+// the deployment's topology: search, agent and gateway each in a process of their own,
+// started as their commands start them (daemon.Main around each app.Run), the client in
+// this one and the collector in another. Tracing is set when a process starts, so two
+// systems run side by side, one with an OTLP endpoint and one without, and each round
+// asks one and then the other, alternating which goes first. The CPU figure is the
+// client's and the three services' of the mode; allocations and GC are other
+// processes' and not reported.
+//
+//	go test -run '^$' -bench TracingOverheadProcesses -benchtime 300x ./cmd/quarry
+func BenchmarkTracingOverheadProcesses(b *testing.B) {
+	if b.N == 1 {
+		return
+	}
+	col := startCollectorProcess(b)
+	const delay = 100 * time.Millisecond
+	common := []string{"OTEL_METRICS_EXPORTER=none", "OTEL_TRACES_SAMPLER=parentbased_always_on", "OTEL_TRACES_EXPORTER=", "OTEL_EXPORTER_OTLP_ENDPOINT="}
+	systems := map[bool]*processSystem{
+		false: startProcessSystem(b, common),
+		// A round's spans must reach the collector before the next round starts, and
+		// the processes cannot be asked to flush: they export at least every 100 ms
+		// (the default is 1 s; batches of 512 fill about as often at this load).
+		true: startProcessSystem(b, append(common, "OTEL_EXPORTER_OTLP_ENDPOINT="+col.endpoint,
+			fmt.Sprintf("OTEL_BSP_SCHEDULE_DELAY=%d", delay.Milliseconds()))),
+	}
+	measureTracingOverhead(b, col, tracedSystem{
+		clients: func(on bool) (quarryv1.QueryServiceClient, healthpb.HealthClient) {
+			return systems[on].query, systems[on].health
+		},
+		// The gateway's spans are counted when they arrive; the search's and agent's
+		// follow within a schedule delay.
+		settle: 2 * delay,
+		cpu: func(on bool) time.Duration {
+			total := cpuTime()
+			for _, pid := range systems[on].pids {
+				total += processCPU(pid)
+			}
+			return total
+		},
+	})
+}
+
+// tracedSystem is a running Quarry that BenchmarkTracingOverhead* ask with tracing off
+// and on.
+type tracedSystem struct {
+	// clients reach the system that serves a mode.
+	clients func(on bool) (quarryv1.QueryServiceClient, healthpb.HealthClient)
+	// set turns tracing on or off, where one system serves both modes.
+	set func(on bool)
+	// flush sends the spans buffered in this process; settle is how long the spans
+	// buffered elsewhere take to follow.
+	flush  func() error
+	settle time.Duration
+	// cpu is the CPU time used so far by the client and what serves a mode.
+	cpu func(on bool) time.Duration
+	// inProcess: the services run in this process, whose allocations and GC are
+	// theirs, and whose CPU can be profiled.
+	inProcess bool
+}
+
+func dialGateway(b *testing.B, addr string) (quarryv1.QueryServiceClient, healthpb.HealthClient) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { conn.Close() })
-	c, h := quarryv1.NewQueryServiceClient(conn), healthpb.NewHealthClient(conn)
+	return quarryv1.NewQueryServiceClient(conn), healthpb.NewHealthClient(conn)
+}
+
+// measureTracingOverhead runs the rounds and prints what tracing adds; see
+// BenchmarkTracingOverhead.
+func measureTracingOverhead(b *testing.B, col *collectorProcess, sys tracedSystem) {
 	qs, err := readQuestions("../../examples/questions.jsonl")
 	if err != nil {
 		b.Fatal(err)
 	}
-
-	ask := func(q string) quarryv1.Tier {
+	ask := func(c quarryv1.QueryServiceClient, q string) quarryv1.Tier {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		r, err := c.Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: "platform", Query: q})
@@ -145,8 +225,9 @@ func BenchmarkTracingOverhead(b *testing.B) {
 		return q + " " + punctuation(asked)
 	}
 	var direct []string
+	off, _ := sys.clients(false)
 	for _, q := range qs {
-		if ask(variant(q)) == quarryv1.Tier_TIER_DIRECT {
+		if ask(off, variant(q)) == quarryv1.Tier_TIER_DIRECT {
 			direct = append(direct, q)
 		}
 	}
@@ -156,8 +237,11 @@ func BenchmarkTracingOverhead(b *testing.B) {
 	// run measures n iterations in one mode and checks that the collector received
 	// the gateway's spans for them, or none at all with tracing off.
 	run := func(on bool, n int, profile string) sample {
-		sw.on.Store(on)
-		if profile != "" {
+		if sys.set != nil {
+			sys.set(on)
+		}
+		c, h := sys.clients(on)
+		if profile != "" && sys.inProcess {
 			f, err := os.Create(profile)
 			if err != nil {
 				b.Fatal(err)
@@ -172,21 +256,21 @@ func BenchmarkTracingOverhead(b *testing.B) {
 		var mem runtime.MemStats
 		runtime.ReadMemStats(&mem)
 		mallocs, bytes := mem.Mallocs, mem.TotalAlloc
-		cpu := cpuTime()
+		cpu := sys.cpu(on)
 		gc := readGC()
 		for range n {
 			q := variant(direct[asked%len(direct)])
 			t := time.Now()
-			tier := ask(q)
+			tier := ask(c, q)
 			if tier == quarryv1.Tier_TIER_DIRECT {
 				s.t2 = append(s.t2, time.Since(t))
 			}
 			t = time.Now()
-			if ask(q) == quarryv1.Tier_TIER_EXACT_CACHE {
+			if ask(c, q) == quarryv1.Tier_TIER_EXACT_CACHE {
 				s.t0 = append(s.t0, time.Since(t))
 			}
 			t = time.Now()
-			if ask(q) == quarryv1.Tier_TIER_EXACT_CACHE {
+			if ask(c, q) == quarryv1.Tier_TIER_EXACT_CACHE {
 				s.t0Again = append(s.t0Again, time.Since(t))
 			}
 			t = time.Now()
@@ -204,8 +288,10 @@ func BenchmarkTracingOverhead(b *testing.B) {
 		}
 		got := 0
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			if err := tel.TracerProvider().ForceFlush(context.Background()); err != nil {
-				b.Fatal(err)
+			if sys.flush != nil {
+				if err := sys.flush(); err != nil {
+					b.Fatal(err)
+				}
 			}
 			_, after, _ := col.count(querySpanName)
 			if got = after - before; got >= want || time.Now().After(deadline) {
@@ -216,7 +302,10 @@ func BenchmarkTracingOverhead(b *testing.B) {
 			b.Fatalf("tracing on=%v: the collector received %d "+querySpanName+" spans for %d queries, want %d"+
 				" (run the benchmark alone: -run '^$')", on, got, 3*n, want)
 		}
-		s.cpuPerIter = (cpuTime() - cpu) / time.Duration(n)
+		if on {
+			time.Sleep(sys.settle)
+		}
+		s.cpuPerIter = (sys.cpu(on) - cpu) / time.Duration(n)
 		s.gc = readGC().since(gc, n)
 		runtime.ReadMemStats(&mem)
 		s.allocsPerIter = float64(mem.Mallocs-mallocs) / float64(n)
@@ -233,23 +322,31 @@ func BenchmarkTracingOverhead(b *testing.B) {
 		}
 		return fmt.Sprintf("%s-%s-%d.pprof", *traceProfile, mode, r)
 	}
-	var off, on []sample
+	var offs, ons []sample
 	b.ResetTimer()
 	for r := range *traceRounds {
 		if r%2 == 0 {
-			off = append(off, run(false, b.N, profile("off", r)))
-			on = append(on, run(true, b.N, profile("on", r)))
+			offs = append(offs, run(false, b.N, profile("off", r)))
+			ons = append(ons, run(true, b.N, profile("on", r)))
 		} else {
-			on = append(on, run(true, b.N, profile("on", r)))
-			off = append(off, run(false, b.N, profile("off", r)))
+			ons = append(ons, run(true, b.N, profile("on", r)))
+			offs = append(offs, run(false, b.N, profile("off", r)))
 		}
 	}
 	b.StopTimer()
+	printTracingOverhead(b, col, sys.inProcess, offs, ons, collectorCPU)
+}
+
+func printTracingOverhead(b *testing.B, col *collectorProcess, inProcess bool, off, on []sample, collectorCPU time.Duration) {
 	total, _, exports := col.count("")
 	onIterations := *traceRounds*b.N + min(b.N, 200)
-	fmt.Printf("tracing overhead: %d rounds × %d iterations per mode; %d spans exported in %d OTLP requests (%.1f spans per iteration on);"+
+	topology := "services in separate processes"
+	if inProcess {
+		topology = "services in this process"
+	}
+	fmt.Printf("tracing overhead, %s: %d rounds × %d iterations per mode; %d spans exported in %d OTLP requests (%.1f spans per iteration on);"+
 		" the collector process counting them used %.1f µs of CPU per iteration on\n",
-		*traceRounds, b.N, total, exports, float64(total)/float64(onIterations), us(col.cpu()-collectorCPU)/float64(onIterations))
+		topology, *traceRounds, b.N, total, exports, float64(total)/float64(onIterations), us(col.cpu()-collectorCPU)/float64(onIterations))
 	for _, m := range []struct {
 		name string
 		get  func(sample) []time.Duration
@@ -271,7 +368,7 @@ func BenchmarkTracingOverhead(b *testing.B) {
 			m.name, off50, off99, on50, on99, added50, added99, lo99, hi99, addedPercent(off, on, p99))
 		b.ReportMetric(added99, strings.ReplaceAll(m.name, " ", "-")+"-p99-added-%")
 		if m.name == "T0" || m.name == "T2" {
-			reportRatioBar(b, "tracing (100 % sampled) added to "+m.name+" p99", b.N*len(on), added99/100, 0.10)
+			reportRatioBar(b, "tracing (100 % sampled) added to "+m.name+" p99, "+topology, b.N*len(on), added99/100, 0.10)
 		}
 	}
 	cpu := func(s sample) float64 { return us(s.cpuPerIter) }
@@ -279,6 +376,11 @@ func BenchmarkTracingOverhead(b *testing.B) {
 	fmt.Printf("CPU per iteration (T2, T0 twice, echo; services and client, not the collector): off %.1f µs, on %.1f µs, added %+.1f %%\n",
 		medianOf(off, cpu), medianOf(on, cpu), addedCPU)
 	b.ReportMetric(addedCPU, "cpu-added-%")
+	if !inProcess {
+		fmt.Println("(latencies: percentiles of all rounds' calls in each mode; CPU: median over rounds of each round's on/off ratio." +
+			" The interval resamples rounds. echo is not traced: its added figure is what tracing's background work, export and collector, costs a call that makes no spans)")
+		return
+	}
 	// A round of 300 iterations runs three or four collections, so per-round figures
 	// jump by a third: means over rounds.
 	meanGC := func(rounds []sample, get func(gcUse) float64) float64 {
@@ -323,9 +425,12 @@ type collectorProcess struct {
 	out      *bufio.Scanner
 }
 
-// cpu is the CPU time the collector process has used, from /proc (Linux; 0 elsewhere).
-func (c *collectorProcess) cpu() time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.pid))
+// cpu is the CPU time the collector process has used.
+func (c *collectorProcess) cpu() time.Duration { return processCPU(c.pid) }
+
+// processCPU is the CPU time a process has used, from /proc (Linux; 0 elsewhere).
+func processCPU(pid int) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
 	}
@@ -544,4 +649,80 @@ func (c gcCounters) since(before gcCounters, n int) gcUse {
 		cyclesPer1000: 1000 * float64(c.cycles-before.cycles) / float64(n),
 		cpuPerIter:    1e6 * (c.cpu - before.cpu) / float64(n),
 	}
+}
+
+// processSystem is search, agent and gateway, each in a process of its own.
+type processSystem struct {
+	query  quarryv1.QueryServiceClient
+	health healthpb.HealthClient
+	pids   []int
+}
+
+const serviceProcessEnv = "QUARRY_BENCH_SERVICE"
+
+// startProcessSystem starts the three services as child processes (this test binary
+// again, see TestServiceProcess) with env added to this process's environment.
+func startProcessSystem(b *testing.B, env []string) *processSystem {
+	sys := &processSystem{}
+	search := startServiceProcess(b, sys, env, "search", "-listen", "127.0.0.1:0", "-kb-root", "../../examples/kb")
+	agent := startServiceProcess(b, sys, env, "agent", "-listen", "127.0.0.1:0", "-search-addr", search)
+	gateway := startServiceProcess(b, sys, env, "gateway", "-listen", "127.0.0.1:0", "-search-addr", search, "-agent-addr", agent,
+		"-fuzzy-min-tokens", "1000")
+	sys.query, sys.health = dialGateway(b, gateway)
+	return sys
+}
+
+// startServiceProcess starts one service and returns the address it listens on. Its
+// logs go to a file in the benchmark's temporary folder, named on failure.
+func startServiceProcess(b *testing.B, sys *processSystem, env []string, service string, args ...string) string {
+	logs, err := os.CreateTemp(b.TempDir(), service+"-*.log")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestServiceProcess$", "--"}, args...)...)
+	cmd.Env = append(append(os.Environ(), env...), serviceProcessEnv+"="+service)
+	cmd.Stderr = logs
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		logs.Close()
+	})
+	sys.pids = append(sys.pids, cmd.Process.Pid)
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if addr, ok := strings.CutPrefix(sc.Text(), "listening "); ok {
+			go io.Copy(io.Discard, out)
+			return addr
+		}
+	}
+	b.Fatalf("%s did not start; its log: %s", service, logs.Name())
+	return ""
+}
+
+// TestServiceProcess is a service BenchmarkTracingOverheadProcesses starts in a child
+// process: what the service's command runs, with the address it listens on written
+// to stdout.
+func TestServiceProcess(t *testing.T) {
+	service := os.Getenv(serviceProcessEnv)
+	if service == "" {
+		t.Skip("the benchmark's child process")
+	}
+	args := flag.Args()
+	ready := func(a net.Addr) { fmt.Println("listening", a) }
+	run := map[string]func(context.Context, *slog.Logger) error{
+		"search":  func(ctx context.Context, log *slog.Logger) error { return searchapp.Run(ctx, args, log, ready) },
+		"agent":   func(ctx context.Context, log *slog.Logger) error { return agentapp.Run(ctx, args, log, ready) },
+		"gateway": func(ctx context.Context, log *slog.Logger) error { return gatewayapp.Run(ctx, args, log, ready) },
+	}[service]
+	if run == nil {
+		t.Fatalf("%s=%q: want search, agent or gateway", serviceProcessEnv, service)
+	}
+	os.Exit(daemon.Main("quarry-"+service, run))
 }
