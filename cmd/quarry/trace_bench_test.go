@@ -18,7 +18,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -94,8 +93,8 @@ func BenchmarkTracingOverhead(b *testing.B) {
 
 	// The switch must be the first global tracer provider: package-level tracers
 	// (gateway/route, search/resolve) delegate to the first one set in the process.
-	sw := &switchProvider{}
-	otel.SetTracerProvider(sw)
+	modes := &modeProvider{}
+	otel.SetTracerProvider(modes)
 	tel, err := telemetry.Setup(context.Background(), telemetry.Config{Service: "quarry-bench"})
 	if err != nil {
 		b.Fatal(err)
@@ -103,8 +102,8 @@ func BenchmarkTracingOverhead(b *testing.B) {
 	if !tel.Tracing {
 		b.Fatal("telemetry did not turn tracing on for the OTLP endpoint")
 	}
-	sw.sdk = tel.TracerProvider()
-	otel.SetTracerProvider(sw) // Setup installed its own; the switch stays in front of it
+	modes.tps = []trace.TracerProvider{noop.NewTracerProvider(), tel.TracerProvider()}
+	otel.SetTracerProvider(modes) // Setup installed its own; the switch stays in front of it
 	b.Cleanup(func() {
 		tel.Shutdown(context.Background())
 		otel.SetTracerProvider(noop.NewTracerProvider())
@@ -124,7 +123,7 @@ func BenchmarkTracingOverhead(b *testing.B) {
 	c, h := dialGateway(b, sys.Gateway.String())
 	measureTracingOverhead(b, col, tracedSystem{
 		clients:   func(bool) (quarryv1.QueryServiceClient, healthpb.HealthClient) { return c, h },
-		set:       sw.on.Store,
+		set:       modes.set,
 		flush:     func() error { return tel.TracerProvider().ForceFlush(context.Background()) },
 		cpu:       func(bool) time.Duration { return cpuTime() },
 		inProcess: true,
@@ -594,34 +593,45 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// switchProvider turns tracing on and off between rounds in one process. Off is a
-// no-op tracer, what a service without an exporter runs; on is the SDK's.
-type switchProvider struct {
+// modeProvider switches tracing between rounds in one process: each mode is a tracer
+// provider, and every span starts in the one of the current mode. Package-level tracers
+// take theirs from the first global provider set in a process, so it must be that one.
+type modeProvider struct {
 	embedded.TracerProvider
-	on  atomic.Bool
-	sdk trace.TracerProvider // set before on is first stored
+	mode atomic.Int32
+	tps  []trace.TracerProvider // set before the first span starts
 }
 
-func (p *switchProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
-	return &switchTracer{p: p, name: name, opts: opts, off: noop.NewTracerProvider().Tracer(name)}
+func (p *modeProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	return &modeTracer{p: p, name: name, opts: opts}
 }
 
-type switchTracer struct {
+// set selects tracing off (mode 0) or on (mode 1).
+func (p *modeProvider) set(on bool) {
+	if on {
+		p.mode.Store(1)
+	} else {
+		p.mode.Store(0)
+	}
+}
+
+type modeTracer struct {
 	embedded.Tracer
-	p    *switchProvider
+	p    *modeProvider
 	name string
 	opts []trace.TracerOption
-	off  trace.Tracer
-	once sync.Once
-	sdk  trace.Tracer
+	ts   [4]atomic.Pointer[trace.Tracer] // each mode's, made at its first span
 }
 
-func (t *switchTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	if !t.p.on.Load() {
-		return t.off.Start(ctx, name, opts...)
+func (t *modeTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	m := t.p.mode.Load()
+	tr := t.ts[m].Load()
+	if tr == nil {
+		made := t.p.tps[m].Tracer(t.name, t.opts...)
+		tr = &made
+		t.ts[m].Store(tr)
 	}
-	t.once.Do(func() { t.sdk = t.p.sdk.Tracer(t.name, t.opts...) })
-	return t.sdk.Start(ctx, name, opts...)
+	return (*tr).Start(ctx, name, opts...)
 }
 
 // gcUse is what the garbage collector did over some iterations.
