@@ -106,3 +106,27 @@ func Observe(ctx context.Context, b Backend, op Op, start time.Time, err error) 
 	}
 	backendDuration.Record(ctx, float64(elapsed)/float64(time.Millisecond), optionsFor(backendName(b))[op][oc]...)
 }
+
+// Search runs q on b, timed in the backend metrics.
+func Search(ctx context.Context, b Backend, q Query) ([]Hit, error) {
+	start := time.Now()
+	hits, err := b.Search(ctx, q)
+	Observe(ctx, b, OpSearch, start, err)
+	return hits, err
+}
+
+// SearchMany runs qs on ms in one call, timed in the backend metrics.
+func SearchMany(ctx context.Context, ms MultiSearcher, qs []Query) ([][]Hit, error) {
+	start := time.Now()
+	hits, err := ms.SearchMany(ctx, qs)
+	Observe(ctx, ms, OpSearchMany, start, err)
+	return hits, err
+}
+
+// Apply makes changes in w, timed in the backend metrics.
+func Apply(ctx context.Context, w Writer, changes []Change) error {
+	start := time.Now()
+	err := w.Apply(ctx, changes)
+	Observe(ctx, w, OpApply, start, err)
+	return err
+}

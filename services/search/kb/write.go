@@ -833,8 +833,8 @@ func (r *Registry) apply(ctx context.Context, cur *KB, p *plan) (*KB, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: %T cannot be changed in place", ErrEngine, cur.Engine)
 		}
-		if err := apply(ctx, w, changes); err != nil {
-			if uerr := apply(ctx, w, engine.Inverse(changes)); uerr != nil {
+		if err := engine.Apply(ctx, w, changes); err != nil {
+			if uerr := engine.Apply(ctx, w, engine.Inverse(changes)); uerr != nil {
 				r.log.Error("undo a failed index write", "kb", cur.ID, "err", uerr)
 				return nil, fmt.Errorf("%w: %w (%w)", ErrEngine, err, errRebuild)
 			}
@@ -879,14 +879,6 @@ func (r *Registry) apply(ctx context.Context, cur *KB, p *plan) (*KB, error) {
 		}
 	}
 	return k, nil
-}
-
-// apply makes the changes in w, timed for the backend metrics.
-func apply(ctx context.Context, w engine.Writer, changes []engine.Change) error {
-	start := time.Now()
-	err := w.Apply(ctx, changes)
-	engine.Observe(ctx, w, engine.OpApply, start, err)
-	return err
 }
 
 // rebuilds reports whether a write of n changes builds a new in-memory Bleve index

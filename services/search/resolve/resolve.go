@@ -352,19 +352,14 @@ func (r *Resolver) search(ctx context.Context, k *kb.KB, pq query) ([]rank.Candi
 		return nil, false, nil
 	}
 	eq := engine.Query{Terms: pq.terms, Scope: pq.scope, AllTerms: true, Limit: r.cfg.SearchLimit, Passage: passageWords}
-	start := time.Now()
-	hits, err := k.Engine.Search(ctx, eq)
-	engine.Observe(ctx, k.Engine, engine.OpSearch, start, err)
+	hits, err := engine.Search(ctx, k.Engine, eq)
 	if err != nil {
 		return nil, false, fmt.Errorf("search %s: %w", k.ID, err)
 	}
 	all := len(hits) > 0
 	if !all && len(pq.terms) > 1 {
 		eq.AllTerms = false
-		start = time.Now()
-		hits, err = k.Engine.Search(ctx, eq)
-		engine.Observe(ctx, k.Engine, engine.OpSearch, start, err)
-		if err != nil {
+		if hits, err = engine.Search(ctx, k.Engine, eq); err != nil {
 			return nil, false, fmt.Errorf("search %s: %w", k.ID, err)
 		}
 	}
@@ -405,10 +400,7 @@ func (r *Resolver) entitySearch(ctx context.Context, k *kb.KB, scope string, ent
 	if ms, ok := k.Engine.(engine.MultiSearcher); ok && len(qs) > 1 {
 		// One round trip to a remote engine instead of one per term.
 		var err error
-		start := time.Now()
-		out, err = ms.SearchMany(ctx, qs)
-		engine.Observe(ctx, ms, engine.OpSearchMany, start, err)
-		if err != nil {
+		if out, err = engine.SearchMany(ctx, ms, qs); err != nil {
 			return nil, fmt.Errorf("entity search %s: %w", k.ID, err)
 		}
 	} else {
@@ -419,9 +411,7 @@ func (r *Resolver) entitySearch(ctx context.Context, k *kb.KB, scope string, ent
 		for i, q := range qs {
 			r.pool.Go(func() {
 				defer wg.Done()
-				start := time.Now()
-				out[i], errs[i] = k.Engine.Search(ctx, q)
-				engine.Observe(ctx, k.Engine, engine.OpSearch, start, errs[i])
+				out[i], errs[i] = engine.Search(ctx, k.Engine, q)
 			})
 		}
 		wg.Wait()
