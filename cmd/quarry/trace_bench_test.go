@@ -190,6 +190,9 @@ type tracedSystem struct {
 	inProcess bool
 }
 
+// dialGateway connects the benchmark's client. Not grpcx.Dial, which the other tests
+// use: that one traces its calls, and the client here stands for a caller in another
+// process, whose call the gateway's server span starts the trace of.
 func dialGateway(b *testing.B, addr string) (quarryv1.QueryServiceClient, healthpb.HealthClient) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
