@@ -4,7 +4,8 @@
 //
 // Tracing is off unless asked for: OTEL_TRACES_EXPORTER=otlp|console, or an
 // OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) being set, turns it on. The
-// sampler follows OTEL_TRACES_SAMPLER (default parent-based always-on), the resource
+// sampler follows OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (default parent-based
+// always-on; a value the SDK would silently replace stops Setup), the resource
 // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES. Metrics go to a Prometheus registry
 // served by Handler, and over OTLP as well when OTLP is configured.
 package telemetry
@@ -79,6 +80,10 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	}
 	if exp != nil {
 		t.Tracing = true
+		sampler, err := samplerFromEnv(getenv)
+		if err != nil {
+			return nil, fmt.Errorf("telemetry: %w", err)
+		}
 		bc, err := batcherConfigFromEnv(getenv, time.Second)
 		if err != nil {
 			return nil, fmt.Errorf("telemetry: %w", err)
@@ -88,7 +93,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 			// Tests read spans as soon as a call returns.
 			proc = sdktrace.WithSyncer(exp)
 		}
-		t.tracer = sdktrace.NewTracerProvider(sdktrace.WithResource(res), proc)
+		t.tracer = sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSampler(sampler), proc)
 	}
 
 	prom, err := otelprom.New(otelprom.WithRegisterer(t.registry))
