@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -44,6 +45,7 @@ var (
 	// calls its 95 % interval spans ±12 points, over 100 about ±6 (and 100 rounds take
 	// some 90 s).
 	traceRounds  = flag.Int("trace-rounds", 100, "BenchmarkTracingOverhead: rounds, each measuring tracing off and on (b.N iterations each)")
+	traceRatio   = flag.Float64("trace-sample-ratio", 1, "BenchmarkTracingOverhead: sample this share of new traces (parentbased_traceidratio) instead of all of them; the bar is on 1")
 	traceProfile = flag.String("trace-cpuprofile", "", "BenchmarkTracingOverhead: write a CPU profile of each measured round to PREFIX-on-R.pprof / PREFIX-off-R.pprof")
 )
 
@@ -90,6 +92,13 @@ func BenchmarkTracingOverhead(b *testing.B) {
 	b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.endpoint)
 	b.Setenv("OTEL_METRICS_EXPORTER", "none")                // Prometheus metrics stay on in both modes
 	b.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on") // the default, whatever the shell says
+	if *traceRatio < 0 || *traceRatio > 1 {
+		b.Fatalf("-trace-sample-ratio %v: want a ratio from 0 to 1", *traceRatio)
+	}
+	if *traceRatio < 1 {
+		b.Setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+		b.Setenv("OTEL_TRACES_SAMPLER_ARG", strconv.FormatFloat(*traceRatio, 'g', -1, 64))
+	}
 
 	// The switch must be the first global tracer provider: package-level tracers
 	// (gateway/route, search/resolve) delegate to the first one set in the process.
@@ -143,6 +152,9 @@ func BenchmarkTracingOverhead(b *testing.B) {
 func BenchmarkTracingOverheadProcesses(b *testing.B) {
 	if b.N == 1 {
 		return
+	}
+	if *traceRatio != 1 {
+		b.Fatal("-trace-sample-ratio: BenchmarkTracingOverhead only")
 	}
 	col := startCollectorProcess(b)
 	const delay = 100 * time.Millisecond
@@ -284,9 +296,9 @@ func measureTracingOverhead(b *testing.B, col *collectorProcess, sys tracedSyste
 		// The round's spans are exported before the next round starts, so their
 		// export counts here and not against the other mode. A server span ends just
 		// after its response is sent, so the last one may still be on its way.
-		want := 0
+		lo, hi := 0, 0 // how many query spans the round's may be
 		if on {
-			want = 3 * n
+			lo, hi = sampledBounds(3*n, *traceRatio)
 		}
 		got := 0
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
@@ -296,13 +308,24 @@ func measureTracingOverhead(b *testing.B, col *collectorProcess, sys tracedSyste
 				}
 			}
 			_, after, _ := col.count(querySpanName)
-			if got = after - before; got >= want || time.Now().After(deadline) {
+			if got = after - before; got >= hi || time.Now().After(deadline) {
+				break
+			}
+			if got >= lo && lo < hi {
+				// Sampled: no count to wait for. The last span ends just after its
+				// response: give it the time that takes.
+				time.Sleep(20 * time.Millisecond)
+				if err := sys.flush(); err != nil {
+					b.Fatal(err)
+				}
+				_, after, _ = col.count(querySpanName)
+				got = after - before
 				break
 			}
 		}
-		if got != want {
-			b.Fatalf("tracing on=%v: the collector received %d "+querySpanName+" spans for %d queries, want %d"+
-				" (run the benchmark alone: -run '^$')", on, got, 3*n, want)
+		if got < lo || got > hi {
+			b.Fatalf("tracing on=%v: the collector received %d "+querySpanName+" spans for %d queries, want %d to %d"+
+				" (run the benchmark alone: -run '^$')", on, got, 3*n, lo, hi)
 		}
 		if on {
 			time.Sleep(sys.settle)
@@ -346,6 +369,9 @@ func printTracingOverhead(b *testing.B, col *collectorProcess, inProcess bool, o
 	if inProcess {
 		topology = "services in this process"
 	}
+	if *traceRatio < 1 {
+		topology += fmt.Sprintf(", %g of new traces sampled (parentbased_traceidratio)", *traceRatio)
+	}
 	fmt.Printf("tracing overhead, %s: %d rounds × %d iterations per mode; %d spans exported in %d OTLP requests (%.1f spans per iteration on);"+
 		" the collector process counting them used %.1f µs of CPU per iteration on\n",
 		topology, *traceRounds, b.N, total, exports, float64(total)/float64(onIterations), us(col.cpu()-collectorCPU)/float64(onIterations))
@@ -369,7 +395,7 @@ func printTracingOverhead(b *testing.B, col *collectorProcess, inProcess bool, o
 		fmt.Printf("%-8s off p50 %7.1f p99 %7.1f µs | on p50 %7.1f p99 %7.1f µs | added p50 %+5.1f %% p99 %+5.1f %% (95 %% interval %+.1f … %+.1f %%; median of rounds' p99 ratios %+.1f %%)\n",
 			m.name, off50, off99, on50, on99, added50, added99, lo99, hi99, addedPercent(off, on, p99))
 		b.ReportMetric(added99, strings.ReplaceAll(m.name, " ", "-")+"-p99-added-%")
-		if m.name == "T0" || m.name == "T2" {
+		if (m.name == "T0" || m.name == "T2") && *traceRatio == 1 { // the bar is on sampling every query
 			reportRatioBar(b, "tracing (100 % sampled) added to "+m.name+" p99, "+topology, b.N*len(on), added99/100, 0.10)
 		}
 	}
@@ -738,4 +764,14 @@ func TestServiceProcess(t *testing.T) {
 		t.Fatalf("%s=%q: want search, agent or gateway", serviceProcessEnv, service)
 	}
 	os.Exit(daemon.Main("quarry-"+service, run))
+}
+
+// sampledBounds is the range the number of n traces sampled at ratio falls in, but for
+// one time in about a billion: ±6 standard deviations of the binomial count.
+func sampledBounds(n int, ratio float64) (lo, hi int) {
+	if ratio >= 1 {
+		return n, n
+	}
+	mean, sd := float64(n)*ratio, math.Sqrt(float64(n)*ratio*(1-ratio))
+	return max(0, int(math.Floor(mean-6*sd))), min(n, int(math.Ceil(mean+6*sd)))
 }
