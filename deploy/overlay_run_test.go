@@ -1,6 +1,8 @@
 package deploy
 
 import (
+	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -17,11 +19,14 @@ import (
 	"testing"
 	"time"
 
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/quarry-router/quarry/platform/grpcx/tlstest"
 	"github.com/quarry-router/quarry/platform/telemetry/otlptest"
 	"github.com/quarry-router/quarry/services/agent/llm/llmtest"
 	"github.com/quarry-router/quarry/services/search/engine/meili/meilitest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -73,6 +78,9 @@ type overlayRun struct {
 	meili string
 	// traced are the OTEL_SERVICE_NAMEs of the Quarry pods.
 	traced []string
+	// callerTrace and unsampledTrace are the trace ids (hex) of the questions' callers:
+	// one sampled its trace, the other did not.
+	callerTrace, unsampledTrace string
 	// policies are the overlay's NetworkPolicies, templates the pods' templates, and
 	// calls the connections the pods' settings make, checked against the policies.
 	policies  []*networkingv1.NetworkPolicy
@@ -211,11 +219,16 @@ func (r *overlayRun) run(dir string) {
 	}
 	seen := map[string]bool{}
 	for _, s := range r.collector.Spans() {
-		seen[s.Service] = true
+		switch s.TraceID.String() {
+		case r.callerTrace:
+			seen[s.Service] = true
+		case r.unsampledTrace:
+			t.Errorf("%s exported span %s of a trace its caller did not sample", s.Service, s.Name)
+		}
 	}
 	for _, svc := range r.traced {
 		if !seen[svc] {
-			t.Errorf("no span from %s reached the OTLP endpoint (have %v)", svc, seen)
+			t.Errorf("no span from %s of the caller's sampled trace reached the OTLP endpoint (have %v)", svc, seen)
 		}
 	}
 }
@@ -688,11 +701,16 @@ func (r *overlayRun) query(templates map[string]*corev1.PodTemplateSpec) {
 		// By name, so the certificate is checked against the Service's name.
 		target = fmt.Sprintf("dns://%s/quarry-gateway.%s:%d", r.net.dns, r.namespace, port)
 	}
-	conn, err := cfg.Dial(target, r.key)
+	// The questions come from a caller that traces them and sampled its trace: every
+	// overlay's sampler must follow that (prod samples a tenth of new traces), so the
+	// trace goes on through each pod.
+	caller := &traceCaller{parent: newTraceparent(t, true)}
+	conn, err := cfg.Dial(target, r.key, grpc.WithChainUnaryInterceptor(caller.unary), grpc.WithChainStreamInterceptor(caller.stream))
 	if err != nil {
 		t.Fatalf("dial the gateway at %s: %v", target, err)
 	}
 	defer conn.Close()
+	r.callerTrace = traceID(caller.parent)
 	redis := ""
 	for svc, ip := range r.net.ips {
 		if strings.Contains(svc, "redis") {
@@ -702,7 +720,46 @@ func (r *overlayRun) query(templates map[string]*corev1.PodTemplateSpec) {
 	search := templates["quarry-search"]
 	wantDirect := r.env("quarry-search", search.Spec.Containers[0], r.images["search"])["QUARRY_SEARCH_ENGINE"] != "meilisearch"
 	askThrough(t, conn, redis, wantDirect, r.llm)
+
+	// A caller that did not sample its trace: nothing of it may be exported.
+	caller.parent = newTraceparent(t, false)
+	r.unsampledTrace = traceID(caller.parent)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if _, err := quarryv1.NewQueryServiceClient(conn).Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: exampleKB, Query: unsampledQuestion}); err != nil {
+		t.Fatalf("Query(%q) from a caller whose trace is not sampled: %v", unsampledQuestion, err)
+	}
 }
+
+// unsampledQuestion is new to the cache, so the gateway asks the search service.
+const unsampledQuestion = "how do I rotate the database credentials for the billing service?"
+
+// traceCaller puts a W3C traceparent on each call, as a caller with its own tracing would.
+type traceCaller struct{ parent string }
+
+func (c *traceCaller) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return invoker(metadata.AppendToOutgoingContext(ctx, "traceparent", c.parent), method, req, reply, cc, opts...)
+}
+
+func (c *traceCaller) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return streamer(metadata.AppendToOutgoingContext(ctx, "traceparent", c.parent), desc, cc, method, opts...)
+}
+
+// newTraceparent is a traceparent header of a new trace, sampled or not.
+func newTraceparent(t *testing.T, sampled bool) string {
+	var ids [24]byte
+	if _, err := rand.Read(ids[:]); err != nil {
+		t.Fatal(err)
+	}
+	flags := "00"
+	if sampled {
+		flags = "01"
+	}
+	return "00-" + hex.EncodeToString(ids[:16]) + "-" + hex.EncodeToString(ids[16:]) + "-" + flags
+}
+
+// traceID is a traceparent's trace id, in hex.
+func traceID(traceparent string) string { return strings.Split(traceparent, "-")[1] }
 
 // recordCalls notes the Services a setting of pod names (host:port, dns:///host:port).
 func (r *overlayRun) recordCalls(pod, v string) {
