@@ -296,7 +296,7 @@ func measureTracingOverhead(b *testing.B, col *collectorProcess, sys tracedSyste
 		// The round's spans are exported before the next round starts, so their
 		// export counts here and not against the other mode. A server span ends just
 		// after its response is sent, so the last one may still be on its way.
-		lo, hi := 0, 0 // how many query spans the round's may be
+		lo, hi := 0, 0 // how many query spans the round may have exported
 		if on {
 			lo, hi = sampledBounds(3*n, *traceRatio)
 		}
