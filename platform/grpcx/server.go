@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
@@ -83,17 +82,13 @@ func NewServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
 		log.ErrorContext(ctx, "panic in handler", "panic", p)
 		return status.Error(codes.Internal, "internal error")
 	})
-	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		log.Log(ctx, slog.Level(callLevel(lvl, fields)), msg, fields...)
-	})
-	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithLevels(codeToLevel)}
 	base := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.NumStreamWorkers(streamWorkers()),
-		grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(rec), logging.UnaryServerInterceptor(logger, logOpts...)),
-		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(rec), logging.StreamServerInterceptor(logger, logOpts...)),
+		grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(rec), unaryCallLog(log)),
+		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(rec), streamCallLog(log)),
 		// Spans and RPC metrics for every call, continuing the caller's trace. With
 		// telemetry off the global providers are no-ops and this costs next to nothing.
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithFilter(traced))),
@@ -127,47 +122,6 @@ func traced(info *stats.RPCTagInfo) bool {
 	}
 	_, method, _ := strings.Cut(strings.TrimPrefix(info.FullMethodName, "/"), "/")
 	return !strings.HasPrefix(method, "Watch")
-}
-
-// callLevel is the level of a call's log line. A Watch stream (Health.Watch,
-// SearchService.WatchGenerations) lives as long as its connection, so it ends with
-// UNAVAILABLE when the server drains and CANCELLED when the client goes: each shutdown
-// or client restart would otherwise log a warning per watcher for the expected end.
-func callLevel(lvl logging.Level, fields []any) logging.Level {
-	if lvl <= logging.LevelDebug {
-		return lvl
-	}
-	var method, code string
-	for i := 0; i+1 < len(fields); i += 2 {
-		switch fields[i] {
-		case "grpc.method":
-			method, _ = fields[i+1].(string)
-		case "grpc.code":
-			code, _ = fields[i+1].(string)
-		}
-	}
-	if strings.HasPrefix(method, "Watch") && (code == codes.Unavailable.String() || code == codes.Canceled.String()) {
-		return logging.LevelDebug
-	}
-	return lvl
-}
-
-// codeToLevel logs successful calls at debug (one line per request is only wanted when
-// debugging), caller mistakes and expected refusals at info, and server-side failures
-// at warn or error.
-func codeToLevel(c codes.Code) logging.Level {
-	switch c {
-	case codes.OK:
-		return logging.LevelDebug
-	case codes.FailedPrecondition:
-		// The agent without an LLM provider refuses every call by design.
-		return logging.LevelInfo
-	case codes.ResourceExhausted:
-		// A caller over its limits: a warning per refused call would flood the logs
-		// exactly when a caller misbehaves.
-		return logging.LevelInfo
-	}
-	return logging.DefaultServerCodeToLevel(c)
 }
 
 // SetDrain changes how Serve shuts down.

@@ -16,14 +16,7 @@ import (
 func TestServeReportsHealthAndDrains(t *testing.T) {
 	s := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	s.SetServing("quarry.v1.Test")
-	lis := loopback(t)
-	stop := run(t, s, lis)
-
-	conn, err := Dial(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn, stop := serveAndDial(t, s)
 	hc := healthpb.NewHealthClient(conn)
 	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer ccancel()

@@ -60,6 +60,19 @@ func serveWith(t testing.TB, lis net.Listener, register func(*Server), opts ...g
 	return lis.Addr().String(), s
 }
 
+// serveAndDial serves s on a loopback port and dials it; stop is run's.
+func serveAndDial(t testing.TB, s *Server) (conn *grpc.ClientConn, stop func() error) {
+	t.Helper()
+	lis := loopback(t)
+	stop = run(t, s, lis)
+	conn, err := Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn, stop
+}
+
 // run serves s on lis until the test ends or stop is called. stop cancels Serve's
 // context and returns what Serve returned, failing the test if it does not return
 // within 10 s.
