@@ -649,7 +649,7 @@ type modeTracer struct {
 	p    *modeProvider
 	name string
 	opts []trace.TracerOption
-	ts   [4]atomic.Pointer[trace.Tracer] // each mode's, made at its first span
+	ts   [8]atomic.Pointer[trace.Tracer] // each mode's, made at its first span
 }
 
 func (t *modeTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {

@@ -22,10 +22,13 @@ import (
 )
 
 // BenchmarkTracingCostParts tells apart what tracing a cached answer (T0, one span:
-// the gateway's server span) costs, by asking the same question in four modes, in
+// the gateway's server span) costs, by asking the same question in five modes, in
 // interleaved rounds against one running system:
 //
 //   - off: the API's no-op tracer;
+//
+//   - unsampled: the OpenTelemetry SDK sampling nothing (a ratio of 0): what an SDK
+//     provider costs a query it does not trace, at any sampling ratio;
 //
 //   - free: a span that says it is recording and keeps nothing, so otelgrpc and the
 //     gateway build and hand over its attributes and event: the cost of the code
@@ -52,8 +55,10 @@ func BenchmarkTracingCostParts(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	names := []string{"off", "free", "sdk", "full"}
-	modes.tps = []trace.TracerProvider{noop.NewTracerProvider(), freeProvider{},
+	names := []string{"off", "unsampled", "free", "sdk", "full"}
+	modes.tps = []trace.TracerProvider{noop.NewTracerProvider(),
+		sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0))), sdktrace.WithSpanProcessor(dropProcessor{})),
+		freeProvider{},
 		sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(dropProcessor{})), tel.TracerProvider()}
 	otel.SetTracerProvider(modes)
 	b.Cleanup(func() {
@@ -109,7 +114,7 @@ func BenchmarkTracingCostParts(b *testing.B) {
 	fmt.Printf("tracing a cached answer, by part: %d rounds × %d calls per mode\n", rounds, b.N)
 	for m, name := range names {
 		slices.Sort(lat[m])
-		fmt.Printf("%-4s p50 %6.1f p90 %6.1f p99 %6.1f µs (p50 %+5.1f µs, p99 %+5.1f %% against off); CPU per call %6.1f µs (median of rounds)\n",
+		fmt.Printf("%-9s p50 %6.1f p90 %6.1f p99 %6.1f µs (p50 %+5.1f µs, p99 %+5.1f %% against off); CPU per call %6.1f µs (median of rounds)\n",
 			name, us(quantile(lat[m], 0.5)), us(quantile(lat[m], 0.9)), us(quantile(lat[m], 0.99)),
 			us(quantile(lat[m], 0.5)-quantile(lat[0], 0.5)), 100*(us(quantile(lat[m], 0.99))/us(quantile(lat[0], 0.99))-1), median(cpu[m]))
 	}
