@@ -211,6 +211,9 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	srv.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	srv.Health.SetServingStatus(service, healthpb.HealthCheckResponse_NOT_SERVING)
 
+	if err := telemetry.StartMetrics(ctx, cfg.MetricsAddr, log); err != nil {
+		return err
+	}
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
@@ -223,9 +226,6 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 		g.Go(func() error { return shared.Run(gctx, watcher) })
 	}
 	g.Go(func() error { return srv.Serve(gctx, lis) })
-	if cfg.MetricsAddr != "" {
-		g.Go(func() error { return telemetry.ServeMetrics(gctx, cfg.MetricsAddr) })
-	}
 	g.Go(func() error {
 		if watcher.WaitReady(gctx) != nil {
 			return nil // shutting down before the first state arrived

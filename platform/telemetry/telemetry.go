@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -162,9 +163,39 @@ func (t *Telemetry) Handler() http.Handler {
 // current is the Telemetry of the last Setup, which services serve metrics from.
 var current atomic.Pointer[Telemetry]
 
-// ServeMetrics serves /metrics of the process's telemetry on addr until ctx is done. It
-// serves an empty registry when Setup has not run.
-func ServeMetrics(ctx context.Context, addr string) error {
+// StartMetrics serves the process's /metrics on addr until ctx is done; with addr ""
+// it does nothing. The address is bound before it returns: a taken port is an error at
+// start.
+func StartMetrics(ctx context.Context, addr string, log *slog.Logger) error {
+	if addr == "" {
+		return nil
+	}
+	m, err := ListenMetrics(addr)
+	if err != nil {
+		return err
+	}
+	log.Info("serving Prometheus metrics", "addr", "http://"+m.Addr().String()+"/metrics")
+	go func() {
+		if err := m.Serve(ctx); err != nil {
+			log.Error("metrics endpoint stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// MetricsServer serves the process's Prometheus /metrics over HTTP.
+type MetricsServer struct {
+	lis net.Listener
+	srv *http.Server
+}
+
+// ListenMetrics binds addr for /metrics, so that a service whose metrics port is taken
+// fails at start, as it does for its gRPC port, rather than serving without metrics.
+func ListenMetrics(addr string) (*MetricsServer, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listen %s: %w", addr, err)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 		t := current.Load()
@@ -174,19 +205,28 @@ func ServeMetrics(ctx context.Context, addr string) error {
 		}
 		t.Handler().ServeHTTP(w, r)
 	})
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("metrics listen %s: %w", addr, err)
-	}
+	return &MetricsServer{lis: lis, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}, nil
+}
+
+// Addr is the address /metrics is served on.
+func (m *MetricsServer) Addr() net.Addr { return m.lis.Addr() }
+
+// Serve serves /metrics until ctx is done, then stops within 2 s.
+func (m *MetricsServer) Serve(ctx context.Context) error {
+	stopped := make(chan struct{})
+	defer close(stopped)
 	go func() {
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-stopped:
+			return
+		}
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_ = srv.Shutdown(sctx)
+		_ = m.srv.Shutdown(sctx)
 	}()
-	if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("metrics serve %s: %w", addr, err)
+	if err := m.srv.Serve(m.lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("metrics serve %s: %w", m.lis.Addr(), err)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/quarry-router/quarry/platform/auth"
 	"github.com/quarry-router/quarry/platform/config"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/telemetry"
 	"github.com/quarry-router/quarry/services/agent/llm"
 	"github.com/quarry-router/quarry/services/agent/loop"
 	"github.com/quarry-router/quarry/services/agent/server"
@@ -38,6 +39,9 @@ type Config struct {
 	// gateway's service credential. Empty leaves the agent open, for loopback or a
 	// network policy that only lets the gateway in.
 	AuthKeys string
+	// MetricsAddr serves Prometheus /metrics when set: the LLM token and call-duration
+	// metrics are the agent's.
+	MetricsAddr string
 	// TLS is how the AgentService serves; SearchTLS how the tools call the search
 	// service (plaintext by default, for loopback).
 	TLS       grpcx.ServerTLSConfig
@@ -54,6 +58,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.HealthListen, "health-listen", "", `address serving only the gRPC health service, in plaintext, for probes that cannot speak TLS ("" = off; -listen serves health too)`)
 	fs.StringVar(&c.SearchAddr, "search-addr", "127.0.0.1:7701", "gRPC address of the search service (the agent's read-only tools)")
 	fs.StringVar(&c.SearchKey, "search-key", "", "API key to present to the search service (when it requires keys); never logged")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", `address to serve Prometheus /metrics on ("" = off)`)
 	fs.StringVar(&c.AuthKeys, "auth-keys", "", `JSON file of API keys allowed to call (name, sha256, knowledge_bases); "" = no key needed`)
 	c.TLS.RegisterFlags(fs)
 	c.SearchTLS.RegisterFlags(fs, "search")
@@ -106,6 +111,9 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		answerer = loop.New(cfg.Loop, llm.New(cfg.LLM), ts, log)
 	}
 
+	if err := telemetry.StartMetrics(ctx, cfg.MetricsAddr, log); err != nil {
+		return err
+	}
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)

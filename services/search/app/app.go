@@ -140,12 +140,8 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		// The watcher writes through the registry: it must be gone before Close.
 		defer func() { stopWatch(); waitWatch() }()
 	}
-	if cfg.MetricsAddr != "" {
-		go func() {
-			if err := telemetry.ServeMetrics(ctx, cfg.MetricsAddr); err != nil {
-				log.Error("metrics endpoint stopped", "err", err)
-			}
-		}()
+	if err := telemetry.StartMetrics(ctx, cfg.MetricsAddr, log); err != nil {
+		return err
 	}
 
 	lis, err := net.Listen("tcp", cfg.Listen)

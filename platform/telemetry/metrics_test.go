@@ -1,0 +1,76 @@
+package telemetry
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel"
+)
+
+// TestStartMetrics serves /metrics on a port, reads a counter from it as Prometheus
+// would, and checks the port is released when the context ends.
+func TestStartMetrics(t *testing.T) {
+	tel, err := Setup(context.Background(), Config{Service: "test", Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	c, err := otel.GetMeterProvider().Meter("metrics-test").Int64Counter("quarry.test.scraped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Add(context.Background(), 3)
+
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := StartMetrics(ctx, addr, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "quarry_test_scraped_total") {
+		t.Fatalf("GET /metrics: %s\n%.500s", resp.Status, body)
+	}
+
+	// A second server on the same port fails at start, naming the address.
+	if err := StartMetrics(ctx, addr, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil || !strings.Contains(err.Error(), "metrics listen "+addr) {
+		t.Errorf("second StartMetrics on %s: %v, want a listen error naming it", addr, err)
+	}
+	if err := StartMetrics(ctx, "", nil); err != nil {
+		t.Errorf(`StartMetrics with "": %v, want nothing served`, err)
+	}
+
+	cancel()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			break // released
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("/metrics still served after its context ended")
+		}
+	}
+}
+
+// freeAddr is a loopback address with a port nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
+}
