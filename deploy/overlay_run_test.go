@@ -1,14 +1,17 @@
 package deploy
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -213,6 +216,7 @@ func (r *overlayRun) run(dir string) {
 	r.templates = templates
 	r.checkPolicies()
 	r.query(templates)
+	r.scrapeMetrics()
 
 	for i := len(pods) - 1; i >= 0; i-- {
 		pods[i].p.stop(t, pods[i].grace)
@@ -786,10 +790,10 @@ func (r *overlayRun) checkPolicies() {
 	t := r.t
 	for _, c := range r.calls {
 		from, to := r.templates[c.from], r.templates[c.to]
-		if !r.admits(networkingv1.PolicyTypeIngress, to, from, to, c.port) {
+		if !r.admits(networkingv1.PolicyTypeIngress, to, ourPod(from), ourPod(to), c.port) {
 			t.Errorf("NetworkPolicy: no ingress rule lets %s reach %s (Service %s) on port %d", c.from, c.to, c.service, c.port)
 		}
-		if !r.admits(networkingv1.PolicyTypeEgress, from, from, to, c.port) {
+		if !r.admits(networkingv1.PolicyTypeEgress, from, ourPod(from), ourPod(to), c.port) {
 			t.Errorf("NetworkPolicy: no egress rule lets %s reach %s (Service %s) on port %d", c.from, c.to, c.service, c.port)
 		}
 	}
@@ -798,17 +802,91 @@ func (r *overlayRun) checkPolicies() {
 	}
 }
 
+// metricsFamilies names, for each Quarry pod, a metric family its /metrics must hold
+// once a question has gone through: the gateway's queries, the search backend's calls,
+// the agent's LLM tokens.
+var metricsFamilies = map[string]string{
+	"quarry-gateway": "quarry_gateway_queries_total",
+	"quarry-search":  "quarry_search_backend_duration_milliseconds",
+	"quarry-agent":   "gen_ai_client_token_usage",
+}
+
+// scrapeMetrics scrapes each Quarry pod as Prometheus would from its pod annotations
+// (prometheus.io/scrape, port, path), after the questions, and checks the
+// NetworkPolicies let a scraper in the monitoring namespace reach that port and a pod of
+// any other namespace not.
+func (r *overlayRun) scrapeMetrics() {
+	t := r.t
+	monitoring := podRef{labels: labels.Set{"app.kubernetes.io/name": "prometheus"}, namespace: labels.Set{"kubernetes.io/metadata.name": "monitoring"}}
+	elsewhere := podRef{labels: monitoring.labels, namespace: labels.Set{"kubernetes.io/metadata.name": "default"}}
+	for _, name := range slices.Sorted(maps.Keys(metricsFamilies)) {
+		tpl, ok := r.templates[name]
+		if !ok {
+			t.Errorf("no %s Deployment", name)
+			continue
+		}
+		a := tpl.Annotations
+		if a["prometheus.io/scrape"] != "true" {
+			t.Errorf("%s: pod annotation prometheus.io/scrape = %q, want \"true\"", name, a["prometheus.io/scrape"])
+			continue
+		}
+		port, err := strconv.Atoi(a["prometheus.io/port"])
+		if err != nil {
+			t.Errorf("%s: pod annotation prometheus.io/port = %q: %v", name, a["prometheus.io/port"], err)
+			continue
+		}
+		if _, ok := containerPort(tpl.Spec.Containers[0], intstr.FromInt(port)); !ok {
+			t.Errorf("%s: the metrics port %d is not a container port", name, port)
+		}
+		if !r.admits(networkingv1.PolicyTypeIngress, tpl, monitoring, ourPod(tpl), int32(port)) {
+			t.Errorf("NetworkPolicy: a scraper in the monitoring namespace cannot reach %s's metrics port %d", name, port)
+		}
+		if r.admits(networkingv1.PolicyTypeIngress, tpl, elsewhere, ourPod(tpl), int32(port)) {
+			t.Errorf("NetworkPolicy: any namespace's pods reach %s's metrics port %d", name, port)
+		}
+		path := cmp.Or(a["prometheus.io/path"], "/metrics")
+		url := "http://" + net.JoinHostPort(r.podIPs[name], strconv.Itoa(port)) + path
+		client := &http.Client{Timeout: 10 * time.Second}
+		resp, err := client.Get(url)
+		if err != nil {
+			t.Errorf("%s: scrape %s: %v", name, url, err)
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: scrape %s: %s %v", name, url, resp.Status, err)
+			continue
+		}
+		if want := metricsFamilies[name]; !strings.Contains(string(body), "\n"+want) {
+			t.Errorf("%s: %s has no %s after the questions:\n%.800s", name, url, want, body)
+		}
+	}
+}
+
+// podRef is one end of a connection: one of the overlay's pods, or a pod in another
+// namespace (a metrics scraper).
+type podRef struct {
+	tpl *corev1.PodTemplateSpec // the overlay's pod; nil for one elsewhere
+	// labels are the pod's; namespace, the labels of its namespace when that is not the
+	// overlay's.
+	labels, namespace labels.Set
+}
+
+func ourPod(tpl *corev1.PodTemplateSpec) podRef { return podRef{tpl: tpl, labels: tpl.Labels} }
+
 // admits reports whether the policies of type typ that select subject let from reach
 // to on port; a subject no such policy selects is not isolated.
-func (r *overlayRun) admits(typ networkingv1.PolicyType, subject, from, to *corev1.PodTemplateSpec, port int32) bool {
+func (r *overlayRun) admits(typ networkingv1.PolicyType, subject *corev1.PodTemplateSpec, from, to podRef, port int32) bool {
 	isolated := false
-	matches := func(sel *metav1.LabelSelector, tpl *corev1.PodTemplateSpec) bool {
+	selects := func(sel *metav1.LabelSelector, set labels.Set) bool {
 		s, err := metav1.LabelSelectorAsSelector(sel)
 		if err != nil {
 			r.t.Fatalf("NetworkPolicy selector %v: %v", sel, err)
 		}
-		return s.Matches(labels.Set(tpl.Labels))
+		return s.Matches(set)
 	}
+	matches := func(sel *metav1.LabelSelector, tpl *corev1.PodTemplateSpec) bool { return selects(sel, tpl.Labels) }
 	portOK := func(ports []networkingv1.NetworkPolicyPort) bool {
 		if len(ports) == 0 {
 			return true
@@ -817,8 +895,10 @@ func (r *overlayRun) admits(typ networkingv1.PolicyType, subject, from, to *core
 			if p.Port == nil {
 				return true
 			}
-			if n, ok := containerPort(to.Spec.Containers[0], *p.Port); ok && n == port {
-				return true
+			if to.tpl != nil {
+				if n, ok := containerPort(to.tpl.Spec.Containers[0], *p.Port); ok && n == port {
+					return true
+				}
 			}
 			if p.Port.Type == intstr.Int && p.Port.IntVal == port {
 				return true
@@ -826,13 +906,21 @@ func (r *overlayRun) admits(typ networkingv1.PolicyType, subject, from, to *core
 		}
 		return false
 	}
-	peerOK := func(peers []networkingv1.NetworkPolicyPeer, other *corev1.PodTemplateSpec) bool {
+	peerOK := func(peers []networkingv1.NetworkPolicyPeer, other podRef) bool {
 		if len(peers) == 0 {
 			return true
 		}
 		for _, p := range peers {
-			// Same namespace only: a namespaceSelector or ipBlock peer is not one of ours.
-			if p.PodSelector != nil && p.NamespaceSelector == nil && matches(p.PodSelector, other) {
+			switch {
+			case p.IPBlock != nil:
+				// Not one of the modelled pods.
+			case p.NamespaceSelector == nil:
+				// The policy's own namespace: the overlay's.
+				if other.namespace == nil && p.PodSelector != nil && selects(p.PodSelector, other.labels) {
+					return true
+				}
+			case other.namespace != nil && selects(p.NamespaceSelector, other.namespace) &&
+				(p.PodSelector == nil || selects(p.PodSelector, other.labels)):
 				return true
 			}
 		}
