@@ -156,11 +156,17 @@ func (r *composeRun) run() {
 	}
 
 	gw := r.service("gateway")
-	if len(gw.Ports) != 1 {
-		t.Fatalf("gateway publishes %v, want one port", gw.Ports)
+	// A client reaches the published gRPC port; the container side is Target.
+	grpcPort := -1
+	for _, p := range gw.Ports {
+		if p.Published == "7700" {
+			grpcPort = int(p.Target)
+		}
 	}
-	// A client reaches the published port; the container side is Target.
-	addr := net.JoinHostPort(r.net.ips["gateway"], strconv.Itoa(int(gw.Ports[0].Target)))
+	if grpcPort < 0 {
+		t.Fatalf("gateway publishes %v, want 7700", gw.Ports)
+	}
+	addr := net.JoinHostPort(r.net.ips["gateway"], strconv.Itoa(grpcPort))
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -168,6 +174,7 @@ func (r *composeRun) run() {
 	defer conn.Close()
 	engine := r.service("search").Environment["QUARRY_SEARCH_ENGINE"]
 	askThrough(t, conn, net.JoinHostPort(r.net.ips["redis"], "6379"), engine == nil || *engine != "meilisearch", r.llm)
+	r.scrapeMetrics()
 
 	// docker compose down stops dependents first.
 	for i := len(r.procs) - 1; i >= 0; i-- {
@@ -182,6 +189,35 @@ func (r *composeRun) run() {
 		if !seen[svc] {
 			t.Errorf("no span from %s reached the OTLP endpoint (have %v)", svc, seen)
 		}
+	}
+}
+
+// scrapeMetrics scrapes each Quarry service's /metrics, on the address its
+// QUARRY_<SERVICE>_METRICS_ADDR names and at the port compose publishes for it. The
+// agent has LLM token metrics only where a model answered (the llm profile); without
+// one, its gRPC server metrics.
+func (r *composeRun) scrapeMetrics() {
+	t := r.t
+	for _, name := range []string{"gateway", "search", "agent"} {
+		s := r.service(name)
+		v := s.Environment["QUARRY_"+strings.ToUpper(name)+"_METRICS_ADDR"]
+		if v == nil {
+			t.Errorf("%s: no QUARRY_%s_METRICS_ADDR: /metrics is off", name, strings.ToUpper(name))
+			continue
+		}
+		_, port, err := net.SplitHostPort(*v)
+		if err != nil {
+			t.Errorf("%s: metrics address %q: %v", name, *v, err)
+			continue
+		}
+		if !slices.ContainsFunc(s.Ports, func(p types.ServicePortConfig) bool { return strconv.Itoa(int(p.Target)) == port }) {
+			t.Errorf("%s: compose does not publish its metrics port %s (ports %v)", name, port, s.Ports)
+		}
+		want := metricsFamilies["quarry-"+name]
+		if name == "agent" && r.llm == nil {
+			want = "rpc_server_"
+		}
+		scrape(t, name, "http://"+net.JoinHostPort(r.net.ips[name], port)+"/metrics", want)
 	}
 }
 

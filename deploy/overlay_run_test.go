@@ -8,10 +8,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -845,22 +843,7 @@ func (r *overlayRun) scrapeMetrics() {
 			t.Errorf("NetworkPolicy: any namespace's pods reach %s's metrics port %d", name, port)
 		}
 		path := cmp.Or(a["prometheus.io/path"], "/metrics")
-		url := "http://" + net.JoinHostPort(r.podIPs[name], strconv.Itoa(port)) + path
-		client := &http.Client{Timeout: 10 * time.Second}
-		resp, err := client.Get(url)
-		if err != nil {
-			t.Errorf("%s: scrape %s: %v", name, url, err)
-			continue
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Errorf("%s: scrape %s: %s %v", name, url, resp.Status, err)
-			continue
-		}
-		if want := metricsFamilies[name]; !strings.Contains(string(body), "\n"+want) {
-			t.Errorf("%s: %s has no %s after the questions:\n%.800s", name, url, want, body)
-		}
+		scrape(t, name, "http://"+net.JoinHostPort(r.podIPs[name], strconv.Itoa(port))+path, metricsFamilies[name])
 	}
 }
 

@@ -641,3 +641,24 @@ func envList(pairs [][2]string) []string {
 	}
 	return out
 }
+
+// scrape GETs a service's Prometheus /metrics at url, as Prometheus would, and checks
+// it holds a sample of the metric family want.
+func scrape(t *testing.T, service, url, want string) {
+	t.Helper()
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Errorf("%s: scrape %s: %v", service, url, err)
+		return
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("%s: scrape %s: %s %v", service, url, resp.Status, err)
+		return
+	}
+	if !strings.Contains(string(body), "\n"+want) {
+		t.Errorf("%s: %s has no %s after the questions:\n%.800s", service, url, want, body)
+	}
+}
