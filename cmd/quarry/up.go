@@ -111,6 +111,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&cfg.Demo, "demo", true, "ask one question per tier after start-up and print the answers")
 	inPlace := fs.Bool("in-place", false, "serve -kb-root itself, so KnowledgeService writes change it (default: serve a temporary copy)")
 	fs.TextVar(&cfg.LogLevel, "log-level", slog.LevelWarn, "log level of the services (debug, info, warn, error)")
+	metricsAddr := fs.String("metrics-addr", "", `address to serve Prometheus /metrics of all three services on ("" = off)`)
 	var llmCfg llm.Config
 	llmCfg.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -129,6 +130,9 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer cancel()
 		_ = tel.Shutdown(sctx)
 	}()
+	if err := telemetry.StartMetrics(ctx, *metricsAddr, log); err != nil {
+		return err
+	}
 	began := time.Now()
 	if !*inPlace {
 		// The write side and the folder watcher would otherwise edit the repository's
@@ -150,6 +154,9 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "Quarry is up in %v (embedded defaults: in-process cache, Bleve BM25, %s)\n", time.Since(began).Round(time.Millisecond), llmName(llmCfg))
 	fmt.Fprintf(stdout, "  gateway (QueryService)  %s\n  search  (SearchService) %s\n  agent   (AgentService)  %s\n", sys.Gateway, sys.Search, sys.Agent)
+	if *metricsAddr != "" {
+		fmt.Fprintf(stdout, "  metrics (Prometheus)    http://%s/metrics\n", *metricsAddr)
+	}
 	fmt.Fprintf(stdout, "  try: go run ./cmd/quarry query -addr %s -kb platform -explain \"how do I rotate the JWT signing key?\"\n\n", sys.Gateway)
 	if cfg.Demo {
 		if err := demo(ctx, sys.Gateway.String(), stdout); err != nil {
