@@ -164,37 +164,16 @@ func (t *Telemetry) Handler() http.Handler {
 var current atomic.Pointer[Telemetry]
 
 // StartMetrics serves the process's /metrics on addr until ctx is done; with addr ""
-// it does nothing. The address is bound before it returns: a taken port is an error at
-// start.
+// it does nothing. The address is bound before it returns, so that a service whose
+// metrics port is taken fails at start, as it does for its gRPC port, rather than
+// serving without metrics.
 func StartMetrics(ctx context.Context, addr string, log *slog.Logger) error {
 	if addr == "" {
 		return nil
 	}
-	m, err := ListenMetrics(addr)
-	if err != nil {
-		return err
-	}
-	log.Info("serving Prometheus metrics", "addr", "http://"+m.Addr().String()+"/metrics")
-	go func() {
-		if err := m.Serve(ctx); err != nil {
-			log.Error("metrics endpoint stopped", "err", err)
-		}
-	}()
-	return nil
-}
-
-// MetricsServer serves the process's Prometheus /metrics over HTTP.
-type MetricsServer struct {
-	lis net.Listener
-	srv *http.Server
-}
-
-// ListenMetrics binds addr for /metrics, so that a service whose metrics port is taken
-// fails at start, as it does for its gRPC port, rather than serving without metrics.
-func ListenMetrics(addr string) (*MetricsServer, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("metrics listen %s: %w", addr, err)
+		return fmt.Errorf("metrics listen %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
@@ -205,29 +184,19 @@ func ListenMetrics(addr string) (*MetricsServer, error) {
 		}
 		t.Handler().ServeHTTP(w, r)
 	})
-	return &MetricsServer{lis: lis, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}, nil
-}
-
-// Addr is the address /metrics is served on.
-func (m *MetricsServer) Addr() net.Addr { return m.lis.Addr() }
-
-// Serve serves /metrics until ctx is done, then stops within 2 s.
-func (m *MetricsServer) Serve(ctx context.Context) error {
-	stopped := make(chan struct{})
-	defer close(stopped)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
-		select {
-		case <-ctx.Done():
-		case <-stopped:
-			return
-		}
+		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_ = m.srv.Shutdown(sctx)
+		_ = srv.Shutdown(sctx)
 	}()
-	if err := m.srv.Serve(m.lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("metrics serve %s: %w", m.lis.Addr(), err)
-	}
+	log.Info("serving Prometheus metrics", "addr", "http://"+lis.Addr().String()+"/metrics")
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics endpoint stopped", "addr", lis.Addr().String(), "err", err)
+		}
+	}()
 	return nil
 }
 
