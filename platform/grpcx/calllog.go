@@ -53,7 +53,7 @@ func streamCallLog(log *slog.Logger) grpc.StreamServerInterceptor {
 
 func logCall(ctx context.Context, log *slog.Logger, fullMethod, typ string, start time.Time, err error) {
 	code := status.Code(err)
-	service, method, _ := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
+	service, method := splitMethod(fullMethod)
 	lvl := callLevel(method, code)
 	if !log.Enabled(ctx, lvl) {
 		return

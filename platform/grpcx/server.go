@@ -120,8 +120,14 @@ func traced(info *stats.RPCTagInfo) bool {
 	if info.FullMethodName == healthpb.Health_Check_FullMethodName {
 		return false
 	}
-	_, method, _ := strings.Cut(strings.TrimPrefix(info.FullMethodName, "/"), "/")
+	_, method := splitMethod(info.FullMethodName)
 	return !strings.HasPrefix(method, "Watch")
+}
+
+// splitMethod splits a full gRPC method name, "/package.Service/Method".
+func splitMethod(full string) (service, method string) {
+	service, method, _ = strings.Cut(strings.TrimPrefix(full, "/"), "/")
+	return service, method
 }
 
 // SetDrain changes how Serve shuts down.
