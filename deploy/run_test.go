@@ -26,6 +26,7 @@ import (
 
 	"github.com/quarry-router/quarry/gateway/cache/redistest"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
 	"github.com/quarry-router/quarry/services/agent/llm/llmtest"
 	"golang.org/x/net/dns/dnsmessage"
 	"google.golang.org/grpc"
@@ -646,19 +647,12 @@ func envList(pairs [][2]string) []string {
 // it holds a sample of the metric family want.
 func scrape(t *testing.T, service, url, want string) {
 	t.Helper()
-	client := &http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Get(url)
+	body, err := telemetrytest.Scrape(url)
 	if err != nil {
-		t.Errorf("%s: scrape %s: %v", service, url, err)
+		t.Errorf("%s: %v", service, err)
 		return
 	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Errorf("%s: scrape %s: %s %v", service, url, resp.Status, err)
-		return
-	}
-	if !strings.Contains(string(body), "\n"+want) {
+	if !strings.Contains(body, "\n"+want) {
 		t.Errorf("%s: %s has no %s after the questions:\n%.800s", service, url, want, body)
 	}
 }

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -17,6 +15,7 @@ import (
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
 	"google.golang.org/grpc"
 )
 
@@ -61,15 +60,13 @@ func TestUpServesMetrics(t *testing.T) {
 	if _, err := quarryv1.NewQueryServiceClient(conn).Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: "platform", Query: "how do I rotate the JWT signing key?"}, grpc.WaitForReady(true)); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get("http://" + metrics + "/metrics")
+	body, err := telemetrytest.Scrape("http://" + metrics + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	for _, want := range []string{"\nquarry_gateway_queries_total", "\nquarry_search_backend_duration_milliseconds"} {
-		if !strings.Contains(string(body), want) {
-			t.Errorf("GET /metrics (%s) has no %s:\n%.800s", resp.Status, want[1:], body)
+		if !strings.Contains(body, want) {
+			t.Errorf("GET /metrics has no %s:\n%.800s", want[1:], body)
 		}
 	}
 }

@@ -9,7 +9,11 @@
 package telemetrytest
 
 import (
+	"fmt"
+	"io"
+	"net/http"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -37,3 +41,22 @@ var metrics = sync.OnceValue(func() *sdkmetric.ManualReader {
 // Metrics returns the reader of the process's global meter provider (cumulative
 // totals), installing both on first use.
 func Metrics() *sdkmetric.ManualReader { return metrics() }
+
+// Scrape GETs a Prometheus /metrics page at url, as Prometheus would, and returns its
+// text; a status other than 200 is an error.
+func Scrape(url string) (string, error) {
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return "", fmt.Errorf("scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("scrape %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("scrape %s: %s\n%.500s", url, resp.Status, body)
+	}
+	return string(body), nil
+}
