@@ -15,6 +15,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/quarry-router/quarry/platform/daemon"
 )
 
 const usage = `usage: quarry <command> [flags]
@@ -35,6 +37,9 @@ Run "quarry <command> -h" for the flags of a command.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// up and bench serve the three services in this process: they run as the
+	// services' own commands do.
+	daemon.TuneGC(nil)
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -372,6 +372,10 @@ func printTracingOverhead(b *testing.B, col *collectorProcess, inProcess bool, o
 	if *traceRatio < 1 {
 		topology += fmt.Sprintf(", %g of new traces sampled (parentbased_traceidratio)", *traceRatio)
 	}
+	// The services' processes choose as this one does (daemon.TuneGC, same environment).
+	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(gogc)
+	topology += fmt.Sprintf(", GOGC %d", gogc[0].Value.Uint64())
 	fmt.Printf("tracing overhead, %s: %d rounds × %d iterations per mode; %d spans exported in %d OTLP requests (%.1f spans per iteration on);"+
 		" the collector process counting them used %.1f µs of CPU per iteration on\n",
 		topology, *traceRounds, b.N, total, exports, float64(total)/float64(onIterations), us(col.cpu()-collectorCPU)/float64(onIterations))

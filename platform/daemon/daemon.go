@@ -1,5 +1,5 @@
 // Package daemon is what every Quarry service's main does around its work: JSON logs
-// with trace ids, a Go memory limit below the container's, OpenTelemetry from the
+// with trace ids, the garbage collector tuned (TuneGC), OpenTelemetry from the
 // OTEL_* environment, a context cancelled on SIGTERM or Ctrl-C, and telemetry flushed
 // last, after the servers have drained.
 package daemon
@@ -21,9 +21,7 @@ import (
 // process exit code: 0, 1 on failure, 2 for -h.
 func Main(service string, run func(ctx context.Context, log *slog.Logger) error) int {
 	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(os.Stderr, nil))).With("service", service)
-	if limit := setMemoryLimit(); limit > 0 {
-		log.Info("Go memory limit set from the container's", "bytes", limit, "share", memoryLimitShare)
-	}
+	TuneGC(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	tel, err := telemetry.Setup(ctx, telemetry.Config{Service: service})

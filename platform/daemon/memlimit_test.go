@@ -1,7 +1,11 @@
 package daemon
 
 import (
+	"bytes"
 	"io/fs"
+	"log/slog"
+	"runtime/debug"
+	"strings"
 	"testing"
 )
 
@@ -40,5 +44,51 @@ func TestContainerMemoryLimit(t *testing.T) {
 				t.Errorf("containerMemoryLimit = %d, %v; want %d, %v", got, ok, tc.want, tc.wantLimit)
 			}
 		})
+	}
+}
+
+func TestGCPercent(t *testing.T) {
+	for _, tc := range []struct {
+		gogc    string
+		want    int
+		wantSet bool
+	}{
+		{"", defaultGCPercent, true},
+		{"100", 0, false},
+		{"off", 0, false},
+	} {
+		got, ok := gcPercent(func(k string) string {
+			if k == "GOGC" {
+				return tc.gogc
+			}
+			return ""
+		})
+		if got != tc.want || ok != tc.wantSet {
+			t.Errorf("GOGC=%q: gcPercent = %d, %v; want %d, %v", tc.gogc, got, ok, tc.want, tc.wantSet)
+		}
+	}
+}
+
+// TestTuneGC checks the setting reaches the runtime, and that GOGC, which the runtime
+// read at start, is left alone.
+func TestTuneGC(t *testing.T) {
+	prev, prevLimit := debug.SetGCPercent(123), debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetGCPercent(prev); debug.SetMemoryLimit(prevLimit) })
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+
+	t.Setenv("GOGC", "123")
+	TuneGC(log)
+	if got := debug.SetGCPercent(123); got != 123 {
+		t.Errorf("with GOGC set, TuneGC changed the GC percent to %d", got)
+	}
+
+	t.Setenv("GOGC", "")
+	TuneGC(log)
+	if got := debug.SetGCPercent(123); got != defaultGCPercent {
+		t.Errorf("without GOGC, GC percent = %d; want %d", got, defaultGCPercent)
+	}
+	if !strings.Contains(logs.String(), "gogc=400") {
+		t.Errorf("TuneGC logged %q; want the GOGC it set", logs.String())
 	}
 }
