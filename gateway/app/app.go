@@ -202,6 +202,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	srvOpts = append(srvOpts, grpcx.WithAuth(policy)...)
 	srvOpts = append(srvOpts, grpcx.WithLimits(limiter, grpcx.Methods("/"+service+"/"))...)
 	srv := grpcx.NewServer(log, srvOpts...)
+	defer srv.Stop() // a start that fails below leaves nothing running
 	if cfg.HealthListen != "" {
 		if _, err := srv.HealthOn(cfg.HealthListen); err != nil {
 			return err
@@ -211,13 +212,17 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	srv.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	srv.Health.SetServingStatus(service, healthpb.HealthCheckResponse_NOT_SERVING)
 
-	if err := telemetry.StartMetrics(ctx, cfg.MetricsAddr, log); err != nil {
+	// The metrics endpoint stops when Run returns, also when the start fails after it.
+	mctx, stopMetrics := context.WithCancel(ctx)
+	defer stopMetrics()
+	if err := telemetry.StartMetrics(mctx, cfg.MetricsAddr, log); err != nil {
 		return err
 	}
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	defer lis.Close() // Serve closes it too; this covers a start that fails first
 	log.Info("gateway starting", "addr", lis.Addr().String(), "search", cfg.SearchAddr, "agent", cfg.AgentAddr, "cache", cfg.CacheBackend)
 
 	g, gctx := errgroup.WithContext(ctx)

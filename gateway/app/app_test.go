@@ -12,6 +12,7 @@ import (
 	"github.com/quarry-router/quarry/gateway/cache/redistest"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -205,5 +206,15 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 				t.Fatalf("Run(%q) = %v, want an error naming %q", c.args, err, c.want)
 			}
 		})
+	}
+}
+
+func TestFailedStartReleasesMetricsPort(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	err := telemetrytest.FailedStartReleasesMetrics(func(listen, metrics string) error {
+		return Run(context.Background(), []string{"-listen", listen, "-metrics-addr", metrics}, log, nil)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

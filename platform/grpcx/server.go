@@ -72,6 +72,17 @@ func (s *Server) HealthOn(addr string) (net.Addr, error) {
 	return lis.Addr(), nil
 }
 
+// Stop stops the server at once, with the health listener HealthOn opened, for a
+// start that fails before Serve: deferred right after NewServer, it releases the
+// stream workers and the health port. After Serve has drained, it does nothing more.
+func (s *Server) Stop() {
+	s.Server.Stop()
+	if s.health != nil {
+		s.health.Stop()
+		s.healthLis.Close() // not served yet: Stop does not know it
+	}
+}
+
 // Draining is closed when the server starts to shut down.
 func (s *Server) Draining() <-chan struct{} { return s.draining }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -84,5 +86,27 @@ func TestHealthPortServesProbesBesideATLSPort(t *testing.T) {
 	}
 	if _, err := check(healthAddr.String()); err == nil {
 		t.Error("the health port still answers after Serve returned")
+	}
+}
+
+// A start that fails between NewServer and Serve stops the server it made: the health
+// port is free again and no stream worker is left running.
+func TestStopBeforeServeReleasesTheHealthPort(t *testing.T) {
+	before := runtime.NumGoroutine()
+	s := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	addr, err := s.HealthOn("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+	l, err := net.Listen("tcp", addr.String())
+	if err != nil {
+		t.Fatalf("health port still bound after Stop: %v", err)
+	}
+	l.Close()
+	for deadline := time.Now().Add(2 * time.Second); runtime.NumGoroutine() > before; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after Stop, %d before NewServer", runtime.NumGoroutine(), before)
+		}
 	}
 }

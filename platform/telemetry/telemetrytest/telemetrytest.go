@@ -11,7 +11,9 @@ package telemetrytest
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,4 +61,37 @@ func Scrape(url string) (string, error) {
 		return "", fmt.Errorf("scrape %s: %s\n%.500s", url, resp.Status, body)
 	}
 	return string(body), nil
+}
+
+// FailedStartReleasesMetrics starts a service with start, given a gRPC listen address
+// that is already taken and a free metrics address, and checks that the start fails on
+// the taken address and that the metrics address is free again soon after: a service
+// that binds its metrics port first must not keep it when its own port is refused.
+func FailedStartReleasesMetrics(start func(listen, metrics string) error) error {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer taken.Close()
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	metrics := free.Addr().String()
+	free.Close()
+
+	listen := taken.Addr().String()
+	err = start(listen, metrics)
+	if err == nil || !strings.Contains(err.Error(), listen) {
+		return fmt.Errorf("start with the gRPC address %s taken = %v; want an error naming it", listen, err)
+	}
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		l, err := net.Listen("tcp", metrics)
+		if err == nil {
+			return l.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("metrics address %s still bound 3 s after the failed start: %w", metrics, err)
+		}
+	}
 }

@@ -111,13 +111,17 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		answerer = loop.New(cfg.Loop, llm.New(cfg.LLM), ts, log)
 	}
 
-	if err := telemetry.StartMetrics(ctx, cfg.MetricsAddr, log); err != nil {
+	// The metrics endpoint stops when Run returns, also when the start fails after it.
+	mctx, stopMetrics := context.WithCancel(ctx)
+	defer stopMetrics()
+	if err := telemetry.StartMetrics(mctx, cfg.MetricsAddr, log); err != nil {
 		return err
 	}
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	defer lis.Close() // Serve closes it too; this covers a start that fails first
 	if answerer == nil {
 		// The agent answers FAILED_PRECONDITION and the gateway serves the extractive
 		// fallback, marked degraded.
@@ -126,6 +130,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		log.Info("agent serving", "addr", lis.Addr().String(), "llm", cfg.LLM, "search", cfg.SearchAddr)
 	}
 	s := grpcx.NewServer(log, append([]grpc.ServerOption{tlsOpt}, grpcx.WithAuth(policy)...)...)
+	defer s.Stop() // a start that fails below leaves nothing running
 	if cfg.HealthListen != "" {
 		if _, err := s.HealthOn(cfg.HealthListen); err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
 	"github.com/quarry-router/quarry/services/agent/llm/llmtest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -136,5 +137,15 @@ func TestBadSettingsStopTheStartNamingTheFlag(t *testing.T) {
 				t.Fatalf("err %v, want one naming %s", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestFailedStartReleasesMetricsPort(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	err := telemetrytest.FailedStartReleasesMetrics(func(listen, metrics string) error {
+		return Run(context.Background(), []string{"-listen", listen, "-metrics-addr", metrics}, log, nil)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -140,7 +140,10 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		// The watcher writes through the registry: it must be gone before Close.
 		defer func() { stopWatch(); waitWatch() }()
 	}
-	if err := telemetry.StartMetrics(ctx, cfg.MetricsAddr, log); err != nil {
+	// The metrics endpoint stops when Run returns, also when the start fails after it.
+	mctx, stopMetrics := context.WithCancel(ctx)
+	defer stopMetrics()
+	if err := telemetry.StartMetrics(mctx, cfg.MetricsAddr, log); err != nil {
 		return err
 	}
 
@@ -148,6 +151,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	defer lis.Close() // Serve closes it too; this covers a start that fails first
 	policy, err := loadPolicy(cfg.AuthKeys)
 	if err != nil {
 		return err
@@ -161,6 +165,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	opts := append([]grpc.ServerOption{tlsOpt}, grpcx.WithAuth(policy)...)
 	opts = append(opts, grpcx.WithLimits(limit.New(cfg.Limits, time.Now), grpcx.Methods("/"+quarryv1.KnowledgeService_ServiceDesc.ServiceName+"/"))...)
 	s := grpcx.NewServer(log, opts...)
+	defer s.Stop() // a start that fails below leaves nothing running
 	if cfg.HealthListen != "" {
 		if _, err := s.HealthOn(cfg.HealthListen); err != nil {
 			return err

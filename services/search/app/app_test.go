@@ -13,6 +13,7 @@ import (
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/auth"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -85,5 +86,15 @@ func TestAPIKeys(t *testing.T) {
 				t.Fatalf("code = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestFailedStartReleasesMetricsPort(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	err := telemetrytest.FailedStartReleasesMetrics(func(listen, metrics string) error {
+		return Run(context.Background(), []string{"-listen", listen, "-metrics-addr", metrics, "-kb", "platform=../../../examples/kb/platform", "-watch=false"}, log, nil)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
