@@ -66,19 +66,19 @@ func New(cfg Config, store cache.Store, res Resolver, agent Agent, gens Generati
 	// goroutines spare it growing a stack each time.
 	pool := workers.New()
 	return &Router{cfg: cfg, store: store, res: res, agent: agent, gens: gens, log: log, metrics: newInstruments(),
-		resolves: group[resolved]{pool: pool, linger: flightLinger},
+		resolves: group[resolved]{pool: pool, linger: FlightLinger},
 		// An answer degraded by a failure is not cached so that the LLM is asked again;
 		// it does not linger either.
-		answers: group[answered]{pool: pool, linger: flightLinger,
+		answers: group[answered]{pool: pool, linger: FlightLinger,
 			lingers: func(a answered) bool { return a.stored || !a.resp.GetDegraded() }}}
 }
 
-// flightLinger is how long a finished search or answer stays joinable after its last
+// FlightLinger is how long a finished search or answer stays joinable after its last
 // caller has gone. It covers a cache round trip and the hedge delay under load (a
 // burst of 100 identical questions over two replicas searched 3–4 times without it),
 // and is short enough that a flushed cache is not second-guessed for long; a new
 // generation never joins an older one's flight.
-const flightLinger = 250 * time.Millisecond
+const FlightLinger = 250 * time.Millisecond
 
 // resolved is the outcome of one Resolve flight.
 type resolved struct {

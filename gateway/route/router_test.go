@@ -804,11 +804,11 @@ func TestARepeatJustAfterTheAnswerSharesItsSearch(t *testing.T) {
 	ask()
 	answered := time.Now()
 	ask()
-	if n := res.calls.Load(); n != 1 && time.Since(answered) < flightLinger {
-		t.Fatalf("Resolve called %d times for a repeat within %s of the answer, want 1", n, flightLinger)
+	if n := res.calls.Load(); n != 1 && time.Since(answered) < FlightLinger {
+		t.Fatalf("Resolve called %d times for a repeat within %s of the answer, want 1", n, FlightLinger)
 	}
 	before := res.calls.Load()
-	time.Sleep(flightLinger + 50*time.Millisecond)
+	time.Sleep(FlightLinger + 50*time.Millisecond)
 	ask()
 	if n := res.calls.Load(); n != before+1 {
 		t.Fatalf("Resolve called %d times after the linger, want %d: a finished search is not kept", n, before+1)
