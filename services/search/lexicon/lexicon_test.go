@@ -146,6 +146,8 @@ func TestLiterals(t *testing.T) {
 		{"an apostrophe quotes nothing", "the partner's key isn't valid", nil},
 		{"an unclosed quote quotes nothing", `what is "12abc`, nil},
 		{"two quoted values", `"a1" or "b2"?`, []string{"a1", "b2"}},
+		{"numbers are values", "port 8080 refused in 2024 (ticket 4711)", []string{"8080", "2024", "4711"}},
+		{"a word with digits is no number", "is v2 or k8s or 3des affected?", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
