@@ -115,7 +115,7 @@ type Config struct {
 	// (lexicon.Typo); the resolver passes the corrected word to ranking and to these rules.
 	OODTypos bool
 	// OODLiterals: words the question quotes ("Atoi fails on \"12abc\"") and its numbers
-	// ("ticket 4711") are the user's data, which no KB holds: no rule counts them and ranking does not weigh them when the
+	// ("ticket 4711", "v2") are the user's data, which no KB holds: no rule counts them and ranking does not weigh them when the
 	// KB never uses them (lexicon.Literals).
 	OODLiterals bool
 
@@ -183,7 +183,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.OODRareNameShare, "gate-ood-rare-name-share", d.OODRareNameShare, "out of domain: a word written like a name that at most this share of the KB's documents use and no top result contains counts like a name the KB never uses (0: off)")
 	fs.Float64Var(&c.OODSubjectCoverage, "gate-ood-subject-coverage", d.OODSubjectCoverage, "out of domain: when a noun phrase's head is a word the KB never uses, the idf-weighted share of the question's words some top result must hold (0: off)")
 	fs.BoolVar(&c.OODTypos, "gate-ood-typos", d.OODTypos, `out of domain: a lower-case non-dictionary word one edit from a KB word is that word mistyped ("transacton"), not an unknown name`)
-	fs.BoolVar(&c.OODLiterals, "gate-ood-literals", d.OODLiterals, `out of domain: words in double quotes or backticks, and numbers, are the user's data, counted by no rule`)
+	fs.BoolVar(&c.OODLiterals, "gate-ood-literals", d.OODLiterals, `out of domain: words in double quotes or backticks, numbers and versions (v2) are the user's data, counted by no rule`)
 	fs.IntVar(&c.EntityTrigger, "gate-entity-trigger", d.EntityTrigger, "entity search runs below this many results")
 	fs.IntVar(&c.EntityMinLen, "gate-entity-min-len", d.EntityMinLen, "entity search: shortest word (characters)")
 	fs.IntVar(&c.EntityMaxTerms, "gate-entity-max-terms", d.EntityMaxTerms, "entity search: words searched")

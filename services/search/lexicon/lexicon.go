@@ -241,7 +241,8 @@ func Typo(word string, df func(stem string) int) (string, bool) {
 }
 
 // Literals returns the lower-cased words of query inside double quotes or backticks
-// (`Atoi fails on "12abc"`), and its numbers ("ticket 4711", "in 2024", "port 8080"):
+// (`Atoi fails on "12abc"`), and its numbers and versions ("ticket 4711", "in 2024",
+// "port 8080", "v2"):
 // values the question gives as data, which no KB is expected to hold, not names of what
 // it asks about. A number the KB never mentions called 39 of 42 example known-item
 // questions out of domain when one was added to each. Single quotes are apostrophes too
@@ -249,7 +250,8 @@ func Typo(word string, df func(stem string) int) (string, bool) {
 func Literals(query string) map[string]bool {
 	out := map[string]bool{}
 	for _, w := range text.Words(query) {
-		if strings.Trim(w, "0123456789") == "" {
+		// A version ("v2", "v10") is a number too.
+		if strings.Trim(strings.TrimPrefix(w, "v"), "0123456789") == "" && w != "v" {
 			out[w] = true
 		}
 	}

@@ -147,7 +147,8 @@ func TestLiterals(t *testing.T) {
 		{"an unclosed quote quotes nothing", `what is "12abc`, nil},
 		{"two quoted values", `"a1" or "b2"?`, []string{"a1", "b2"}},
 		{"numbers are values", "port 8080 refused in 2024 (ticket 4711)", []string{"8080", "2024", "4711"}},
-		{"a word with digits is no number", "is v2 or k8s or 3des affected?", nil},
+		{"a version is a number", "what changed in v2 and v10?", []string{"v2", "v10"}},
+		{"a word with digits is no number", "is k8s or 3des or ec2 affected?", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -372,6 +372,7 @@ func TestOutOfDomainWrittenNamesAndUnfamiliarWords(t *testing.T) {
 		{"in domain: a quoted value is the user's data, not a name", `keyctl create fails with "acme-2x9q" as the name, why?`, ""},
 		{"in domain: a number is the user's data, not a name", "How do I log a user out of every session after their laptop was stolen? (ticket 4711)", ""},
 		{"in domain: a year is no name", "How often do we change the key that signs access tokens in 2024?", ""},
+		{"in domain: a version is no name", "How often do we change the key that signs access tokens in v2?", ""},
 		{"a name the KB never mentions beside a number", "How do I rotate Kafka 3 consumer credentials?", gate.RuleUnmatchedTerm},
 	}
 	for _, tt := range tests {
