@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -134,7 +135,7 @@ func (r *Resolver) parse(k *kb.KB, q, scope string) (query, error) {
 		}
 		scope = clean
 	}
-	words := text.Words(q)
+	words := slices.DeleteFunc(text.Words(q), lexicon.Courtesy)
 	terms := make([]string, 0, len(words))
 	for _, w := range words {
 		if !text.IsStopWord(w) {

@@ -373,6 +373,9 @@ func TestOutOfDomainWrittenNamesAndUnfamiliarWords(t *testing.T) {
 		{"in domain: a number is the user's data, not a name", "How do I log a user out of every session after their laptop was stolen? (ticket 4711)", ""},
 		{"in domain: a year is no name", "How often do we change the key that signs access tokens in 2024?", ""},
 		{"in domain: a version is no name", "How often do we change the key that signs access tokens in v2?", ""},
+		{"in domain: politeness names nothing", "Which checks must a service run on an incoming bearer token please?", ""},
+		{"in domain: urgency names nothing", "How do I log a user out of every session after their laptop was stolen asap?", ""},
+		{"out of domain with thanks", "Can I bring my dog to the office, thanks?", gate.RuleUnfamiliarWords},
 		{"a name the KB never mentions beside a number", "How do I rotate Kafka 3 consumer credentials?", gate.RuleUnmatchedTerm},
 	}
 	for _, tt := range tests {
