@@ -164,3 +164,26 @@ func TestLiterals(t *testing.T) {
 		})
 	}
 }
+
+func TestOpener(t *testing.T) {
+	tests := []struct {
+		query string
+		want  int
+	}{
+		{"Quick question: how do I revoke a key?", 2},
+		{"Update: the deploy failed again", 1},
+		{"Hi: anyone around?", 1},
+		{"Rails: how to encode a string?", 0},    // a topic label
+		{"Postgres backups: how often?", 0},      // a topic label of KB words
+		{"Quick question about backups", 0},      // no colon
+		{"the: what", 0},                         // stop words only name no discourse
+		{"a quick question about keys: why?", 0}, // more words than a label holds
+		{"Quick question:", 0},                   // nothing after the colon
+		{"Question for the team: how do I?", 0},  // "team" is neither
+	}
+	for _, tt := range tests {
+		if got := Opener(tt.query); got != tt.want {
+			t.Errorf("Opener(%q) = %d, want %d", tt.query, got, tt.want)
+		}
+	}
+}

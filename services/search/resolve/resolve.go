@@ -135,7 +135,7 @@ func (r *Resolver) parse(k *kb.KB, q, scope string) (query, error) {
 		}
 		scope = clean
 	}
-	words := slices.DeleteFunc(text.Words(q), lexicon.Courtesy)
+	words := slices.DeleteFunc(text.Words(q)[lexicon.Opener(q):], lexicon.Courtesy)
 	terms := make([]string, 0, len(words))
 	for _, w := range words {
 		if !text.IsStopWord(w) {

@@ -782,3 +782,43 @@ func TestSearchReturnsAtMostLimitResultsInRankOrder(t *testing.T) {
 		}
 	}
 }
+
+// Words that name nothing the question asks about — an opener, politeness, urgency, a
+// number, a version — leave its route and its top document as they are.
+func TestWordsThatNameNothingKeepTheRoute(t *testing.T) {
+	f := newFixture(t, false)
+	questions := []string{
+		"How often do we change the key that signs access tokens, and what are the phases?",
+		"Which checks must a service run on an incoming bearer token?",
+		"How do I log a user out of every session after their laptop was stolen?",
+	}
+	variants := []struct{ name, prefix, suffix string }{
+		{"an opener", "Quick question: ", ""},
+		{"a greeting label", "Hi: ", ""},
+		{"politeness", "", " please"},
+		{"thanks", "", " thanks"},
+		{"urgency", "", " asap"},
+		{"a number", "", " (#4711)"},
+		{"a year", "", " in 2024"},
+		{"a version", "", " in v2"},
+	}
+	for _, q := range questions {
+		base := f.resolve(t, platform, q)
+		if base.Route == gate.OutOfDomain || len(base.Results) == 0 {
+			t.Fatalf("precondition: %q routes %v with %d results", q, base.Route, len(base.Results))
+		}
+		for _, v := range variants {
+			t.Run(v.name+"/"+q, func(t *testing.T) {
+				vq := v.prefix + strings.TrimSuffix(q, "?") + v.suffix + "?"
+				if v.prefix != "" {
+					vq = v.prefix + strings.ToLower(q[:1]) + strings.TrimSuffix(q[1:], "?") + v.suffix + "?"
+				}
+				r := f.resolve(t, platform, vq)
+				if r.Route != base.Route || len(r.Results) == 0 || r.Results[0].Doc.Path != base.Results[0].Doc.Path {
+					t.Fatalf("%q: route %v, results %v; without the added words %v, %v (out-of-domain rule %q)",
+						vq, r.Route, resultPaths(r), base.Route, resultPaths(base), r.Trace.OODRule)
+				}
+			})
+		}
+	}
+}
