@@ -130,9 +130,11 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer cancel()
 		_ = tel.Shutdown(sctx)
 	}()
-	if err := telemetry.StartMetrics(ctx, *metricsAddr, log); err != nil {
+	stopMetrics, err := telemetry.StartMetrics(ctx, *metricsAddr, log)
+	if err != nil {
 		return err
 	}
+	defer stopMetrics()
 	began := time.Now()
 	if !*inPlace {
 		// The write side and the folder watcher would otherwise edit the repository's

@@ -212,12 +212,11 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	srv.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	srv.Health.SetServingStatus(service, healthpb.HealthCheckResponse_NOT_SERVING)
 
-	// The metrics endpoint stops when Run returns, also when the start fails after it.
-	mctx, stopMetrics := context.WithCancel(ctx)
-	defer stopMetrics()
-	if err := telemetry.StartMetrics(mctx, cfg.MetricsAddr, log); err != nil {
+	stopMetrics, err := telemetry.StartMetrics(ctx, cfg.MetricsAddr, log)
+	if err != nil {
 		return err
 	}
+	defer stopMetrics()
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)

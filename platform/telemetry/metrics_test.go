@@ -30,7 +30,7 @@ func TestStartMetrics(t *testing.T) {
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := StartMetrics(ctx, addr, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if _, err := StartMetrics(ctx, addr, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 	body, err := telemetrytest.Scrape("http://" + addr + "/metrics")
@@ -42,22 +42,38 @@ func TestStartMetrics(t *testing.T) {
 	}
 
 	// A second server on the same port fails at start, naming the address.
-	if err := StartMetrics(ctx, addr, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil || !strings.Contains(err.Error(), "metrics listen "+addr) {
+	if _, err := StartMetrics(ctx, addr, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil || !strings.Contains(err.Error(), "metrics listen "+addr) {
 		t.Errorf("second StartMetrics on %s: %v, want a listen error naming it", addr, err)
 	}
-	if err := StartMetrics(ctx, "", nil); err != nil {
+	if stop, err := StartMetrics(ctx, "", nil); err != nil {
 		t.Errorf(`StartMetrics with "": %v, want nothing served`, err)
+	} else {
+		stop()
 	}
 
 	cancel()
+	waitReleased(t, addr, "its context ended")
+
+	// stop releases the port while the context lives on.
+	stop, err := StartMetrics(context.Background(), addr, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	waitReleased(t, addr, "stop")
+}
+
+// waitReleased waits for nothing to serve addr any more.
+func waitReleased(t *testing.T, addr, after string) {
+	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		conn, err := net.Dial("tcp", addr)
 		if err != nil {
-			break // released
+			return
 		}
 		conn.Close()
 		if time.Now().After(deadline) {
-			t.Fatal("/metrics still served after its context ended")
+			t.Fatalf("/metrics still served 5 s after %s", after)
 		}
 	}
 }

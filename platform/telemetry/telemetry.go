@@ -163,18 +163,20 @@ func (t *Telemetry) Handler() http.Handler {
 // current is the Telemetry of the last Setup, which services serve metrics from.
 var current atomic.Pointer[Telemetry]
 
-// StartMetrics serves the process's /metrics on addr until ctx is done; with addr ""
-// it does nothing. The address is bound before it returns, so that a service whose
-// metrics port is taken fails at start, as it does for its gRPC port, rather than
-// serving without metrics.
-func StartMetrics(ctx context.Context, addr string, log *slog.Logger) error {
+// StartMetrics serves the process's /metrics on addr until ctx is done or stop is
+// called, whichever comes first; with addr "" it serves nothing. The address is bound
+// before it returns, so that a service whose metrics port is taken fails at start, as
+// it does for its gRPC port, rather than serving without metrics. A caller defers stop,
+// so that a start failing after this one releases the port too.
+func StartMetrics(ctx context.Context, addr string, log *slog.Logger) (stop func(), err error) {
 	if addr == "" {
-		return nil
+		return func() {}, nil
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("metrics listen %s: %w", addr, err)
+		return nil, fmt.Errorf("metrics listen %s: %w", addr, err)
 	}
+	ctx, stop = context.WithCancel(ctx)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 		t := current.Load()
@@ -197,7 +199,7 @@ func StartMetrics(ctx context.Context, addr string, log *slog.Logger) error {
 			log.Error("metrics endpoint stopped", "addr", lis.Addr().String(), "err", err)
 		}
 	}()
-	return nil
+	return stop, nil
 }
 
 // TracerProvider is the SDK provider spans are exported from; nil when tracing is off.

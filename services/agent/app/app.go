@@ -111,12 +111,11 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		answerer = loop.New(cfg.Loop, llm.New(cfg.LLM), ts, log)
 	}
 
-	// The metrics endpoint stops when Run returns, also when the start fails after it.
-	mctx, stopMetrics := context.WithCancel(ctx)
-	defer stopMetrics()
-	if err := telemetry.StartMetrics(mctx, cfg.MetricsAddr, log); err != nil {
+	stopMetrics, err := telemetry.StartMetrics(ctx, cfg.MetricsAddr, log)
+	if err != nil {
 		return err
 	}
+	defer stopMetrics()
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)

@@ -140,12 +140,11 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		// The watcher writes through the registry: it must be gone before Close.
 		defer func() { stopWatch(); waitWatch() }()
 	}
-	// The metrics endpoint stops when Run returns, also when the start fails after it.
-	mctx, stopMetrics := context.WithCancel(ctx)
-	defer stopMetrics()
-	if err := telemetry.StartMetrics(mctx, cfg.MetricsAddr, log); err != nil {
+	stopMetrics, err := telemetry.StartMetrics(ctx, cfg.MetricsAddr, log)
+	if err != nil {
 		return err
 	}
+	defer stopMetrics()
 
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
