@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -25,7 +24,7 @@ import (
 // question and scrapes what that left: the gateway's and the search service's metrics,
 // from the one process that runs all three. SIGTERM then stops it with status 0.
 func TestUpServesMetrics(t *testing.T) {
-	gateway, metrics := freeLoopback(t), freeLoopback(t)
+	gateway, metrics := telemetrytest.FreeAddr(t), telemetrytest.FreeAddr(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestQuarryCommand$", "--", "up", "-listen", gateway,
 		"-search-listen", "127.0.0.1:0", "-agent-listen", "127.0.0.1:0", "-kb-root", "../../examples/kb", "-demo=false", "-metrics-addr", metrics)
 	cmd.Env = append(os.Environ(), quarryCommandEnv+"=1")
@@ -82,15 +81,4 @@ func TestQuarryCommand(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, flag.Args(), os.Stdout, os.Stderr))
-}
-
-// freeLoopback is a loopback address with a port nothing listens on.
-func freeLoopback(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
 }

@@ -27,7 +27,7 @@ func TestStartMetrics(t *testing.T) {
 	}
 	c.Add(context.Background(), 3)
 
-	addr := freeAddr(t)
+	addr := telemetrytest.FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if _, err := StartMetrics(ctx, addr, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
@@ -76,15 +76,4 @@ func waitReleased(t *testing.T, addr, after string) {
 			t.Fatalf("/metrics still served 5 s after %s", after)
 		}
 	}
-}
-
-// freeAddr is a loopback address with a port nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
 }

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -63,35 +64,44 @@ func Scrape(url string) (string, error) {
 	return string(body), nil
 }
 
+// FreeAddr is a loopback address with a port nothing listens on, for a server the test
+// starts (a metrics endpoint, a service).
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
+}
+
 // FailedStartReleasesMetrics starts a service with start, given a gRPC listen address
-// that is already taken and a free metrics address, and checks that the start fails on
-// the taken address and that the metrics address is free again soon after: a service
+// that is already taken and a free metrics address, and fails t unless the start fails
+// on the taken address and the metrics address is free again soon after: a service
 // that binds its metrics port first must not keep it when its own port is refused.
-func FailedStartReleasesMetrics(start func(listen, metrics string) error) error {
+func FailedStartReleasesMetrics(t testing.TB, start func(listen, metrics string) error) {
+	t.Helper()
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		t.Fatal(err)
 	}
 	defer taken.Close()
-	free, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	metrics := free.Addr().String()
-	free.Close()
+	metrics := FreeAddr(t)
 
 	listen := taken.Addr().String()
 	err = start(listen, metrics)
 	if err == nil || !strings.Contains(err.Error(), listen) {
-		return fmt.Errorf("start with the gRPC address %s taken = %v; want an error naming it", listen, err)
+		t.Fatalf("start with the gRPC address %s taken = %v; want an error naming it", listen, err)
 	}
 	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		l, err := net.Listen("tcp", metrics)
 		if err == nil {
-			return l.Close()
+			l.Close()
+			return
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("metrics address %s still bound 3 s after the failed start: %w", metrics, err)
+			t.Fatalf("metrics address %s still bound 3 s after the failed start: %v", metrics, err)
 		}
 	}
 }

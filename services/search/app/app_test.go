@@ -91,10 +91,7 @@ func TestAPIKeys(t *testing.T) {
 
 func TestFailedStartReleasesMetricsPort(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	err := telemetrytest.FailedStartReleasesMetrics(func(listen, metrics string) error {
+	telemetrytest.FailedStartReleasesMetrics(t, func(listen, metrics string) error {
 		return Run(context.Background(), []string{"-listen", listen, "-metrics-addr", metrics, "-kb", "platform=../../../examples/kb/platform", "-watch=false"}, log, nil)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
