@@ -149,15 +149,7 @@ func NamesWith(query string, w Writing) map[string]bool {
 // Its words are no evidence about the question: "Quick question: " before each of the
 // example set's known-item questions took the direct answers from 26 of 42 to 8.
 func Opener(query string) int {
-	q := strings.TrimSpace(query)
-	i := strings.Index(q, ": ")
-	if i <= 0 || strings.TrimSpace(q[i+1:]) == "" {
-		return 0
-	}
-	ws := text.Words(q[:i])
-	if len(ws) == 0 || len(ws) > LabelMaxWords {
-		return 0
-	}
+	ws := leadingLabel(query)
 	hasDiscourse := false
 	for _, w := range ws {
 		switch {
@@ -173,16 +165,26 @@ func Opener(query string) int {
 	return len(ws)
 }
 
-// label returns the words of the label that opens query, or nil. The colon must be
-// followed by a space and then the question: "std::vector" and "Rails:" are no labels.
-func label(query string) []string {
+// leadingLabel returns the words before the ": " that opens query, when there are at
+// most LabelMaxWords of them and a question follows; otherwise nil.
+func leadingLabel(query string) []string {
 	q := strings.TrimSpace(query)
 	i := strings.Index(q, ": ")
 	if i <= 0 || strings.TrimSpace(q[i+1:]) == "" {
 		return nil
 	}
 	ws := text.Words(q[:i])
-	if len(ws) == 0 || len(ws) > LabelMaxWords {
+	if len(ws) > LabelMaxWords {
+		return nil
+	}
+	return ws
+}
+
+// label returns the words of the label that opens query, or nil. The colon must be
+// followed by a space and then the question: "std::vector" and "Rails:" are no labels.
+func label(query string) []string {
+	ws := leadingLabel(query)
+	if len(ws) == 0 {
 		return nil
 	}
 	for _, w := range ws {
