@@ -56,7 +56,7 @@ type fixture struct {
 
 // newFixture loads the example KB, and the generated large KB when withBig is set, with
 // every setting at its flag (SPEC) default.
-func newFixture(t *testing.T, withBig bool) *fixture {
+func newFixture(t testing.TB, withBig bool) *fixture {
 	t.Helper()
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	var kc kb.Config
@@ -127,7 +127,7 @@ type question struct {
 	Expect []string `json:"expect"`
 }
 
-func loadQuestions(t *testing.T, kind string) []question {
+func loadQuestions(t testing.TB, kind string) []question {
 	t.Helper()
 	f, err := os.Open(questions)
 	if err != nil {
