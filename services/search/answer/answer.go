@@ -105,9 +105,10 @@ func OutOfDomain(query string) string {
 // Extractive returns the degraded answer for a question routed to an LLM when no LLM can
 // answer: a banner with the reason, the best passage of each of the top results (at most
 // three; excerpt picks it, nil for Excerpt with the default size), their sources and the
-// query words none of them contains. Every sentence after the banner is quoted from the
-// knowledge base.
-func Extractive(query string, results []rank.Result, excerpt func(*tree.Document) string, reason string) string {
+// query words none of them contains (contains as for Gaps). Every sentence after the
+// banner is quoted from the knowledge base.
+func Extractive(query string, results []rank.Result, excerpt func(*tree.Document) string,
+	contains func(path, stem string) bool, reason string) string {
 	words := searchWords(query)
 	if excerpt == nil {
 		size := DefaultConfig().ExcerptChars
@@ -141,7 +142,7 @@ func Extractive(query string, results []rank.Result, excerpt func(*tree.Document
 		}
 	}
 	writeSources(&b, docs)
-	writeGaps(&b, Gaps(query, docs, nil))
+	writeGaps(&b, Gaps(query, docs, contains))
 	return b.String()
 }
 

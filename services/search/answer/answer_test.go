@@ -164,21 +164,24 @@ func TestExtractiveGolden(t *testing.T) {
 		{Doc: untitled, Relevance: 0.4}, {Doc: &tree.Document{Path: "x/fourth.md", Title: "Fourth"}, Relevance: 0.3},
 	}
 	tests := []struct {
-		name    string
-		query   string
-		results []rank.Result
-		excerpt func(*tree.Document) string
-		golden  string
+		name     string
+		query    string
+		results  []rank.Result
+		excerpt  func(*tree.Document) string
+		contains func(path, stem string) bool
+		golden   string
 	}{
-		{"the top three results quoted, with gaps", "how are refresh tokens rotated in terraform", results, nil,
+		{"the top three results quoted, with gaps", "how are refresh tokens rotated in terraform", results, nil, nil,
 			"extractive.golden"},
-		{"a caller's excerpt func is used", "signing keys", results[1:2],
-			func(d *tree.Document) string { return "EXCERPT OF " + d.Path }, "extractive_custom.golden"},
-		{"no results", "anything at all", nil, nil, "extractive_empty.golden"},
+		{"a caller's excerpt and contains funcs are used", "signing keys", results[1:2],
+			func(d *tree.Document) string { return "EXCERPT OF " + d.Path },
+			func(path, stem string) bool { return path == "auth/jwt/signing.md" && stem == "key" },
+			"extractive_custom.golden"},
+		{"no results", "anything at all", nil, nil, nil, "extractive_empty.golden"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Extractive(tc.query, tc.results, tc.excerpt, "no LLM provider configured")
+			got := Extractive(tc.query, tc.results, tc.excerpt, tc.contains, "no LLM provider configured")
 			if !strings.HasPrefix(got, "> Degraded answer: no LLM provider configured.") {
 				t.Fatalf("no degraded banner:\n%s", got)
 			}
@@ -188,7 +191,7 @@ func TestExtractiveGolden(t *testing.T) {
 }
 
 func TestExtractiveQuotesOnly(t *testing.T) {
-	got := Extractive("refresh", []rank.Result{{Doc: rotation}, {Doc: signing}}, nil, "agent unavailable")
+	got := Extractive("refresh", []rank.Result{{Doc: rotation}, {Doc: signing}}, nil, nil, "agent unavailable")
 	// Every quoted line must come from a document.
 	for _, l := range strings.Split(got, "\n") {
 		if !strings.HasPrefix(l, "> ") || strings.HasPrefix(l, "> Degraded answer:") {
