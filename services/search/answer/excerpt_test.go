@@ -1,9 +1,16 @@
 package answer
 
 import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
+
+	"github.com/quarry-router/quarry/platform/text"
 )
 
 // filler returns n words of text that match no query term.
@@ -156,5 +163,65 @@ func TestExcerptAroundFindsTheEnginesPassage(t *testing.T) {
 				t.Errorf("excerpt of %d characters, want at most 800", n)
 			}
 		})
+	}
+}
+
+// Excerpt stems only the words that start like a query stem; that is exact only if a
+// word's stem starts as the word does. Checked on every word of the example knowledge
+// base and on the words the stemmer treats specially.
+func TestStemKeepsTheWordsStart(t *testing.T) {
+	special := []string{"a", "ab", "ies", "ied", "dying", "lying", "tying", "skies", "skis", "idly", "gently",
+		"ugly", "early", "only", "singly", "news", "yelling", "yoyo", "sky", "generously", "communism",
+		"arsenal", "ééé", "ærøskøbing", "übermäßig", "2024", "v2"}
+	seen := map[string]bool{}
+	check := func(w string) {
+		if seen[w] {
+			return
+		}
+		seen[w] = true
+		if st := text.Stem(w); stemStart(st) != stemStart(w) {
+			t.Errorf("Stem(%q) = %q, which does not start with %q", w, st, stemStart(w))
+		}
+	}
+	for _, w := range special {
+		check(w)
+	}
+	err := filepath.WalkDir("../../../examples/kb", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".md") {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, w := range words(string(b)) {
+			check(w.word)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) < 1000 {
+		t.Fatalf("checked %d words, want the example knowledge base's thousands", len(seen))
+	}
+}
+
+// words splits like text.Words, which the engines' analysis and the query side use.
+func TestWordsSplitLikeTextWords(t *testing.T) {
+	for _, s := range []string{
+		"Rotate the Refresh-Token; it's the dogs' job — ÉCOLE, naïve, ﬁle, İstanbul, 2024 v2",
+		"  leading and trailing  ", "", "'quoted' ’curly’ don’t",
+	} {
+		var got []string
+		for _, w := range words(s) {
+			got = append(got, w.word)
+			if strings.Map(unicode.ToLower, strings.NewReplacer("'", "", "’", "").Replace(s[w.start:w.end])) != w.word {
+				t.Errorf("%q: word %q is not s[%d:%d] = %q", s, w.word, w.start, w.end, s[w.start:w.end])
+			}
+		}
+		if want := text.Words(s); !slices.Equal(got, want) {
+			t.Errorf("words(%q) = %q, text.Words gives %q", s, got, want)
+		}
 	}
 }
