@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/quarry-router/quarry/platform/text"
 	"github.com/quarry-router/quarry/services/search/engine"
@@ -21,6 +22,8 @@ type Corpus struct {
 	// docs maps a path to the sorted ids of the stems its title, path and content hold:
 	// a sorted slice costs 4 bytes a term, a map per document ten times that.
 	docs map[string][]uint32
+	// alphabet holds, sorted, every rune of the stems in vocab: the runes Near tries.
+	alphabet []rune
 }
 
 // NewCorpus indexes the stems of docs (title, path words and content, stop words removed).
@@ -50,6 +53,11 @@ func (c *Corpus) put(path string, stems []string) {
 			id = uint32(len(c.df))
 			c.vocab[s] = id
 			c.df = append(c.df, 0)
+			for _, r := range s {
+				if i, found := slices.BinarySearch(c.alphabet, r); !found {
+					c.alphabet = slices.Insert(c.alphabet, i, r)
+				}
+			}
 		}
 		c.df[id]++
 		ids = append(ids, id)
@@ -159,6 +167,60 @@ func (c *Corpus) IDF(stem string) float64 {
 	n, df := float64(c.N()), float64(c.DF(stem))
 	return math.Log(1 + (n-df+0.5)/(df+0.5))
 }
+
+// Near reports whether some document holds stem or a stem one typo from it: one rune
+// inserted, deleted or replaced, or two adjacent runes swapped (the edits of a search
+// engine's typo matching at distance 1). It tries every such edit of stem, with the runes
+// the corpus's stems are written in, in a few microseconds; an engine's typo matching
+// builds an automaton for stem and walks its dictionary with it, a hundred times that,
+// to find nothing for most words a KB lacks. For a longer stem or a larger alphabet
+// than its bounds it says true without trying.
+func (c *Corpus) Near(stem string) bool {
+	word := []rune(stem)
+	if len(word) > nearMaxStem || len(c.alphabet) > nearMaxAlphabet {
+		return true
+	}
+	buf := make([]byte, 0, 4*(len(word)+1))
+	has := func(parts ...[]rune) bool {
+		buf = buf[:0]
+		for _, p := range parts {
+			for _, r := range p {
+				buf = utf8.AppendRune(buf, r)
+			}
+		}
+		return c.DF(string(buf)) > 0 // the conversion in a map index does not allocate
+	}
+	one := make([]rune, 1)
+	for i := 0; i <= len(word); i++ {
+		head, tail := word[:i], word[i:]
+		if i < len(word) && has(head, tail[1:]) { // deleted
+			return true
+		}
+		if i+1 < len(word) {
+			one[0] = tail[1]
+			if has(head, one, tail[:1], tail[2:]) { // swapped
+				return true
+			}
+		}
+		for _, r := range c.alphabet {
+			one[0] = r
+			if has(head, one, tail) { // inserted
+				return true
+			}
+			if i < len(word) && has(head, one, tail[1:]) { // replaced (or stem itself)
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Near's bounds: a stem of 32 runes and an alphabet of 128 try some 8,500 edits, about
+// as long as the typo matching they would spare.
+const (
+	nearMaxStem     = 32
+	nearMaxAlphabet = 128
+)
 
 // Contains reports whether the document at path contains stem (exactly: prefix or typo
 // matches of the engine do not count).

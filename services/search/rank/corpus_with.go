@@ -16,6 +16,8 @@ func (c *Corpus) With(upserts []*tree.Document, deletes []string) *Corpus {
 		vocab: maps.Clone(c.vocab),
 		df:    slices.Clone(c.df),
 		docs:  maps.Clone(c.docs),
+		// Clipped, so that a rune put inserts copies it rather than writing into c's.
+		alphabet: slices.Clip(c.alphabet),
 	}
 	for _, p := range deletes {
 		n.remove(p)
