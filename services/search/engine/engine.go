@@ -35,6 +35,11 @@ type Query struct {
 	// Passage asks the engine for each hit's best-matching passage, at most this many
 	// words (0: none). Engines that do not pick passages ignore it.
 	Passage int
+	// Near, when set, reports whether the knowledge base holds a stem or one a single
+	// typo from it (rank.Corpus.Near). An engine that matches typos by walking its own
+	// dictionary may skip a word for which it says false: the walk would find nothing.
+	// nil: no such knowledge.
+	Near func(stem string) bool
 }
 
 // Hit is one matching document.

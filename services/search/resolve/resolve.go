@@ -352,7 +352,7 @@ func (r *Resolver) search(ctx context.Context, k *kb.KB, pq query) ([]rank.Candi
 	if len(pq.terms) == 0 {
 		return nil, false, nil
 	}
-	eq := engine.Query{Terms: pq.terms, Scope: pq.scope, AllTerms: true, Limit: r.cfg.SearchLimit, Passage: passageWords}
+	eq := engine.Query{Terms: pq.terms, Scope: pq.scope, AllTerms: true, Limit: r.cfg.SearchLimit, Passage: passageWords, Near: k.Corpus.Near}
 	hits, err := engine.Search(ctx, k.Engine, eq)
 	if err != nil {
 		return nil, false, fmt.Errorf("search %s: %w", k.ID, err)
@@ -395,7 +395,7 @@ func (r *Resolver) excerpt(rr rank.Result, terms []string) string {
 func (r *Resolver) entitySearch(ctx context.Context, k *kb.KB, scope string, ents []string, mainTop float64) ([]rank.Candidate, error) {
 	qs := make([]engine.Query, len(ents))
 	for i, e := range ents {
-		qs[i] = engine.Query{Terms: []string{e}, Scope: scope, AllTerms: true, Limit: r.cfg.SearchLimit}
+		qs[i] = engine.Query{Terms: []string{e}, Scope: scope, AllTerms: true, Limit: r.cfg.SearchLimit, Near: k.Corpus.Near}
 	}
 	var out [][]engine.Hit
 	if ms, ok := k.Engine.(engine.MultiSearcher); ok && len(qs) > 1 {
