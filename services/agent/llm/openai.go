@@ -16,7 +16,6 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/shared"
 	"github.com/quarry-router/quarry/services/agent/loop"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
@@ -74,9 +73,12 @@ func (p *OpenAI) Chat(ctx context.Context, req loop.ChatRequest, onDelta func(st
 }
 
 func (p *OpenAI) chat(ctx context.Context, req loop.ChatRequest, onDelta func(string) error) (*loop.ChatResponse, error) {
-	params := p.params(req)
+	body, err := p.body(req)
+	if err != nil {
+		return nil, &loop.ProviderError{Summary: "the request could not be encoded", Err: err}
+	}
 	for attempt := 1; ; attempt++ {
-		resp, emitted, err := p.attempt(ctx, params, onDelta)
+		resp, emitted, err := p.attempt(ctx, body, onDelta)
 		if err == nil {
 			resp.Attempts = attempt
 			return resp, nil
@@ -109,15 +111,17 @@ func (p *OpenAI) chat(ctx context.Context, req loop.ChatRequest, onDelta func(st
 	}
 }
 
-// attempt makes one request for a turn. emitted reports whether any text reached
-// onDelta.
-func (p *OpenAI) attempt(ctx context.Context, params openai.ChatCompletionNewParams, onDelta func(string) error) (resp *loop.ChatResponse, emitted bool, err error) {
+// attempt makes one request for a turn with the JSON body (see body). emitted reports
+// whether any text reached onDelta.
+func (p *OpenAI) attempt(ctx context.Context, body []byte, onDelta func(string) error) (resp *loop.ChatResponse, emitted bool, err error) {
 	actx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
+	// The client's params stay empty: the body replaces what it would encode from them.
+	withBody := option.WithRequestBody("application/json", body)
 	if !p.cfg.Stream {
-		return p.whole(ctx, actx, params, onDelta)
+		return p.whole(ctx, actx, withBody, onDelta)
 	}
-	stream := p.client.Chat.Completions.NewStreaming(actx, params)
+	stream := p.client.Chat.Completions.NewStreaming(actx, openai.ChatCompletionNewParams{}, withBody)
 	defer stream.Close()
 	var acc openai.ChatCompletionAccumulator
 	for stream.Next() {
@@ -154,8 +158,8 @@ func (p *OpenAI) attempt(ctx context.Context, params openai.ChatCompletionNewPar
 }
 
 // whole makes an unstreamed request and passes the turn's text on in one piece.
-func (p *OpenAI) whole(ctx, actx context.Context, params openai.ChatCompletionNewParams, onDelta func(string) error) (*loop.ChatResponse, bool, error) {
-	c, err := p.client.Chat.Completions.New(actx, params)
+func (p *OpenAI) whole(ctx, actx context.Context, withBody option.RequestOption, onDelta func(string) error) (*loop.ChatResponse, bool, error) {
+	c, err := p.client.Chat.Completions.New(actx, openai.ChatCompletionNewParams{}, withBody)
 	if err != nil {
 		if actx.Err() != nil && ctx.Err() == nil {
 			return nil, false, fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
@@ -195,59 +199,6 @@ func (p *OpenAI) turn(c *openai.ChatCompletion) *loop.ChatResponse {
 		resp.ToolCalls = append(resp.ToolCalls, loop.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 	}
 	return resp
-}
-
-// params turns a loop request into the wire request.
-func (p *OpenAI) params(req loop.ChatRequest) openai.ChatCompletionNewParams {
-	params := openai.ChatCompletionNewParams{
-		Model:       shared.ChatModel(p.cfg.Model),
-		Temperature: openai.Float(req.Temperature),
-	}
-	if p.cfg.Stream {
-		// Usage comes in a last chunk only when asked for.
-		params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
-	}
-	if p.cfg.MaxTokensField == "max_completion_tokens" {
-		params.MaxCompletionTokens = openai.Int(int64(req.MaxTokens))
-	} else {
-		params.MaxTokens = openai.Int(int64(req.MaxTokens))
-	}
-	for _, m := range req.Messages {
-		params.Messages = append(params.Messages, message(m))
-	}
-	for _, t := range req.Tools {
-		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
-			Name:        t.Name,
-			Description: openai.String(t.Description),
-			Parameters:  shared.FunctionParameters(t.Parameters),
-		}))
-	}
-	return params
-}
-
-func message(m loop.Message) openai.ChatCompletionMessageParamUnion {
-	switch m.Role {
-	case loop.RoleSystem:
-		return openai.SystemMessage(m.Content)
-	case loop.RoleTool:
-		return openai.ToolMessage(m.Content, m.ToolCallID)
-	case loop.RoleAssistant:
-		a := openai.ChatCompletionAssistantMessageParam{}
-		if m.Content != "" || len(m.ToolCalls) == 0 {
-			a.Content.OfString = openai.String(m.Content)
-		}
-		for _, tc := range m.ToolCalls {
-			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-					ID:       tc.ID,
-					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: tc.Arguments},
-				},
-			})
-		}
-		return openai.ChatCompletionMessageParamUnion{OfAssistant: &a}
-	default:
-		return openai.UserMessage(m.Content)
-	}
 }
 
 // classify says whether a failed attempt is worth another, names the failure in words
