@@ -145,10 +145,20 @@ func NamesWith(query string, w Writing) map[string]bool {
 }
 
 // Opener returns how many of query's first words (text.Words) are an opener that names
-// no topic: a label of discourse words ("Quick question: ...", "Update: ...", "Hi: ...").
-// Its words are no evidence about the question: "Quick question: " before each of the
-// example set's known-item questions took the direct answers from 26 of 42 to 8.
+// no topic: a label of discourse words ("Quick question: ...", "Update: ...", "Hi: ..."),
+// a request to be told ("Can someone tell me ...", "Does anyone know ...", "I was
+// wondering ...", "Explain ..."; see asking), or a label and then a request. Its words
+// are no evidence about the question: "Quick question: " before each of the example
+// set's known-item questions took the direct answers from 26 of 42 to 8, "Can someone
+// tell me " to 2, and "I need to know " called 12 of them out of domain.
 func Opener(query string) int {
+	n := discourseLabel(query)
+	words := text.Words(query)
+	return n + asking(query, words[n:])
+}
+
+// discourseLabel returns how many words a leading label of discourse words has, or 0.
+func discourseLabel(query string) int {
 	ws := leadingLabel(query)
 	hasDiscourse := false
 	for _, w := range ws {
@@ -163,6 +173,56 @@ func Opener(query string) int {
 		return 0
 	}
 	return len(ws)
+}
+
+// asking returns how many of words open the question with a request to be told: a run
+// of stop words and askingWords up to the last asking verb in it, when some word the
+// question is about follows. A verb the question writes in capitals ("EXPLAIN ANALYZE")
+// is a name, not a request.
+func asking(query string, words []string) int {
+	n := 0
+	for i, w := range words {
+		switch {
+		case askingVerbs[w] && !shouted(query, w):
+			n = i + 1
+			if i+1 < len(words) && words[i+1] == "us" { // "tell us", not the country
+				n++
+			}
+		case askingWords[w] || text.IsStopWord(w):
+		default:
+			return n // a topic word: the request, if any, ended before it
+		}
+	}
+	return 0 // nothing but the request: it is the question
+}
+
+// askingVerbs are the verbs of a request to be told or to understand; askingWords the
+// other words such requests are made of besides stop words ("someone", "I'd like",
+// "I need", "help me"). Words a knowledge base could be about ("deploy", "key") are
+// never in either.
+var (
+	askingVerbs = map[string]bool{
+		"tell": true, "know": true, "wonder": true, "wondering": true, "explain": true,
+		"understand": true, "remind": true, "curious": true, "ask": true, "asking": true,
+	}
+	askingWords = map[string]bool{
+		"someone": true, "somebody": true, "anyone": true, "anybody": true, "everyone": true,
+		"help": true, "like": true, "want": true, "wanted": true, "need": true, "trying": true,
+		"please": true, "kindly": true, "just": true, "quick": true, "really": true,
+		"guys": true, "folks": true, "team": true, "hi": true, "hello": true, "hey": true,
+		"id": true, "wed": true, // "I'd", "we'd" as text.Words spells them
+	}
+)
+
+// shouted reports whether query holds w in capitals as a word of its own.
+func shouted(query, w string) bool {
+	up := strings.ToUpper(w)
+	for _, q := range strings.FieldsFunc(query, func(r rune) bool { return !unicode.IsLetter(r) }) {
+		if q == up && len(q) > 1 {
+			return true
+		}
+	}
+	return false
 }
 
 // leadingLabel returns the words before the ": " that opens query, when there are at

@@ -173,13 +173,29 @@ func TestOpener(t *testing.T) {
 		{"Quick question: how do I revoke a key?", 2},
 		{"Update: the deploy failed again", 1},
 		{"Hi: anyone around?", 1},
-		{"Rails: how to encode a string?", 0},    // a topic label
-		{"Postgres backups: how often?", 0},      // a topic label of KB words
-		{"Quick question about backups", 0},      // no colon
-		{"the: what", 0},                         // stop words only name no discourse
-		{"a quick question about keys: why?", 0}, // more words than a label holds
-		{"Quick question:", 0},                   // nothing after the colon
-		{"Question for the team: how do I?", 0},  // "team" is neither
+		{"Rails: how to encode a string?", 0},           // a topic label
+		{"Postgres backups: how often?", 0},             // a topic label of KB words
+		{"Quick question about backups", 0},             // no colon
+		{"the: what", 0},                                // stop words only name no discourse
+		{"a quick question about keys: why?", 0},        // more words than a label holds
+		{"Quick question:", 0},                          // nothing after the colon
+		{"Question for the team: how do I?", 0},         // "team" is neither
+		{"Can someone tell me how to revoke a key?", 3}, // "me" is a stop word
+		{"Could you tell us where backups live?", 4},
+		{"Does anyone know which port Redis uses?", 3},
+		{"I was wondering whether deploys freeze on Fridays", 3},
+		{"I'd like to know how the canary works", 4}, // text.Words: "id", "like", "to", "know"
+		{"I need to know the on-call rotation", 4},
+		{"Help me understand key rotation", 3},
+		{"Explain the deploy freeze", 1},
+		{"Quick question: can anyone tell me the backup schedule?", 2 + 3},
+		{"What do I need to know before a deploy?", 6},
+		{"How do I tell which version is live?", 4},
+		{"Deploy freeze: explain", 0},                  // a topic label, then only the request
+		{"Does anyone know?", 0},                       // nothing but the request
+		{"EXPLAIN ANALYZE shows a sequential scan", 0}, // a name in capitals
+		{"Help desk hours", 0},                         // no verb of asking
+		{"Key rotation: can someone tell me?", 0},      // the request follows the topic
 	}
 	for _, tt := range tests {
 		if got := Opener(tt.query); got != tt.want {

@@ -795,6 +795,9 @@ func TestWordsThatNameNothingKeepTheRoute(t *testing.T) {
 	variants := []struct{ name, prefix, suffix string }{
 		{"an opener", "Quick question: ", ""},
 		{"a greeting label", "Hi: ", ""},
+		{"a request to be told", "Can someone tell me ", ""},
+		{"a request to know", "I need to know ", ""},
+		{"a request to explain", "Explain ", ""},
 		{"politeness", "", " please"},
 		{"thanks", "", " thanks"},
 		{"urgency", "", " asap"},
