@@ -196,10 +196,43 @@ func TestOpener(t *testing.T) {
 		{"EXPLAIN ANALYZE shows a sequential scan", 0}, // a name in capitals
 		{"Help desk hours", 0},                         // no verb of asking
 		{"Key rotation: can someone tell me?", 0},      // the request follows the topic
+		{"Hey team, how do I revoke a key?", 2},
+		{"Hi all! Does anyone know the backup schedule?", 2 + 3},
+		{"Hey", 1}, // a greeting alone (Courtesy drops it anyway)
+		{"Sorry if this is a dumb question, but how do I revoke a key?", 8},
+		{"Sorry if this was already asked, but can someone tell me the port?", 7 + 3},
+		{"Sorry, the deploy failed, but why?", 0}, // a topic word before the "but"
+		{"Dumb question but", 0},                  // nothing after the "but"
+		{"Team leads: who approves deploys?", 0},  // "team" is an addressee only after a greeting
 	}
 	for _, tt := range tests {
 		if got := Opener(tt.query); got != tt.want {
 			t.Errorf("Opener(%q) = %d, want %d", tt.query, got, tt.want)
+		}
+	}
+}
+
+func TestCloser(t *testing.T) {
+	tests := []struct {
+		query string
+		want  int
+	}{
+		{"how do I revoke a key in detail", 2},
+		{"how do I revoke a key step by step", 3},
+		{"how do I revoke a key right now", 2},
+		{"how do I revoke a key TIA", 1},
+		{"how do I revoke a key in advance", 2}, // Courtesy has dropped "thanks" before
+		{"how do I revoke a key any ideas", 2},
+		{"how do I revoke a key quickly in detail", 3},
+		{"how do I revoke a key, I'm new here", 2},
+		{"how do I revoke a key", 0},
+		{"what is the next step", 0},            // "step" alone is a topic
+		{"in detail", 0},                        // never the whole question
+		{"what changed right now or before", 0}, // not at the end
+	}
+	for _, tt := range tests {
+		if got := Closer(text.Words(tt.query)); got != tt.want {
+			t.Errorf("Closer(%q) = %d, want %d", tt.query, got, tt.want)
 		}
 	}
 }

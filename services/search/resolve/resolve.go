@@ -136,6 +136,7 @@ func (r *Resolver) parse(k *kb.KB, q, scope string) (query, error) {
 		scope = clean
 	}
 	words := slices.DeleteFunc(text.Words(q)[lexicon.Opener(q):], lexicon.Courtesy)
+	words = words[:len(words)-lexicon.Closer(words)]
 	terms := make([]string, 0, len(words))
 	for _, w := range words {
 		if !text.IsStopWord(w) {
