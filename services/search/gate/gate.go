@@ -473,11 +473,18 @@ func (c Config) uncoveredSubject(in OODInput, top []rank.Result, literal func(st
 		for j < len(in.Words) && !text.IsStopWord(in.Words[j]) {
 			j++
 		}
-		if j == i+1 {
+		// The user's data after a noun ("a driving licence (#4711)", "the API in v2")
+		// is not its head.
+		h := j - 1
+		for h > i && literal(in.Words[h]) {
+			h--
+		}
+		if h == i {
+			i = j - 1
 			continue
 		}
-		head := in.Words[j-1]
-		subject = utf8.RuneCountInString(head) >= c.OODTermMinLen && !literal(head) &&
+		head := in.Words[h]
+		subject = utf8.RuneCountInString(head) >= c.OODTermMinLen &&
 			strings.IndexFunc(head, unicode.IsLetter) >= 0 && !in.InKB(text.Stem(head))
 		i = j - 1
 	}

@@ -505,6 +505,20 @@ func TestOutOfDomainRareNamesSubjectsAndLiterals(t *testing.T) {
 		{"uncovered_subject: a noun phrase must start at a determiner or preposition", nil,
 			in("how do I request door keys", false, results(0.54), map[string][]string{"r0.md": stems("request", "key")}),
 			""},
+		{"uncovered_subject: the user's data after the head is not the head", nil,
+			func() OODInput {
+				i := in("How do I request a new key for the office front door (#4711)?", false, results(0.54), map[string][]string{"r0.md": stems("request", "new", "key")})
+				i.Literal = func(w string) bool { return w == "4711" }
+				return i
+			}(),
+			RuleUncoveredSubject},
+		{"uncovered_subject: a phrase of the user's data only has no head", nil,
+			func() OODInput {
+				i := in("How do I request a new key for 4711?", false, results(0.54), map[string][]string{"r0.md": stems("request", "new", "key")})
+				i.Literal = func(w string) bool { return w == "4711" }
+				return i
+			}(),
+			""},
 		{"uncovered_subject off at coverage 0", func(c *Config) { c.OODSubjectCoverage = 0 },
 			in("How do I request a new key for the office front door?", false, results(0.54), map[string][]string{"r0.md": stems("request", "new", "key")}),
 			""},

@@ -148,14 +148,14 @@ func (r *Resolver) parse(k *kb.KB, q, scope string) (query, error) {
 	if r.cfg.Gate.OODLiterals {
 		literals = lexicon.Literals(q)
 	}
+	// The user's data that no document holds ("12abc", "(#4711)") is no term: counted,
+	// it would lower every document's coverage alike, and searched, it can only fail
+	// the all-terms search (which then falls back to any term) or match by prefix or
+	// typo.
+	terms = slices.DeleteFunc(terms, func(t string) bool { return literals[t] && k.Corpus.DF(text.Stem(t)) == 0 })
 	fixes := r.typos(k, q, terms)
 	evidence := make([]string, 0, len(terms))
 	for _, t := range terms {
-		if literals[t] && k.Corpus.DF(text.Stem(t)) == 0 {
-			// The user's value ("12abc"): no document holds it, and counting it would
-			// lower every document's coverage alike.
-			continue
-		}
 		if f, ok := fixes[t]; ok {
 			t = f
 		}

@@ -831,3 +831,35 @@ func TestWordsThatNameNothingKeepTheRoute(t *testing.T) {
 		}
 	}
 }
+
+// The user's data after an out-of-domain question ("... (#4711)?", "... in v9?") keeps it
+// out of domain: before, the number ended the question's last noun phrase, hiding the
+// subject the KB never mentions, and failed the all-terms search.
+func TestTheUsersDataKeepsAQuestionOutOfDomain(t *testing.T) {
+	f := newFixture(t, false)
+	questions := []string{
+		"How do I rotate the tyres on my bicycle?", // uncovered_subject: "bicycle"
+		"How do I renew the lease on my apartment?",
+		"What is the retry policy for my gym membership?",
+		"How do I deploy a new playlist to the office speakers?",
+	}
+	for _, q := range loadQuestions(t, "out_of_domain") {
+		questions = append(questions, q.Query)
+	}
+	checked := 0
+	for _, q := range questions {
+		if f.resolve(t, platform, q).Route != gate.OutOfDomain {
+			continue // a miss already: nothing to keep
+		}
+		for _, suffix := range []string{" (#4711)", " in v9", " (v2.3.1)"} {
+			vq := strings.TrimSuffix(q, "?") + suffix + "?"
+			if r := f.resolve(t, platform, vq); r.Route != gate.OutOfDomain {
+				t.Errorf("%q: route %v, results %v; without %q out of domain", vq, r.Route, resultPaths(r), suffix)
+			}
+			checked++
+		}
+	}
+	if checked < 3*10 {
+		t.Fatalf("%d wrapped questions checked, want those of at least 10 out-of-domain ones", checked)
+	}
+}
