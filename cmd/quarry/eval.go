@@ -155,6 +155,7 @@ type evalReport struct {
 	FuzzyHit       rate               `json:"fuzzy_hit"`
 	FuzzyWrong     rate               `json:"fuzzy_wrong"`
 	Latency        map[string]latency `json:"latency"`
+	Phrasings      []phrasingResult   `json:"phrasings,omitempty"`
 	Failed         []string           `json:"failed,omitempty"`
 	Misses         []miss             `json:"misses,omitempty"`
 }
@@ -217,6 +218,7 @@ func evalCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	verbose := fs.Bool("v", false, "list every question counted against the router")
 	timeout := fs.Duration("timeout", 30*time.Second, "deadline of each call")
+	wrapped := fs.Bool("phrasings", false, "also ask every known-item and out-of-domain question wrapped in words that name nothing (a greeting, thanks, a ticket number, ...) and count the routes kept; one fresh system per wrapping")
 	var th evalThresholds
 	th.register(fs)
 	fs.Usage = func() {
@@ -263,12 +265,22 @@ func evalCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		defer conn.Close()
 		return run(quarryv1.NewQueryServiceClient(conn))
 	}
-	ev := &evaluator{kb: id, timeout: *timeout, lat: map[string][]time.Duration{}, rep: &evalReport{TierMix: map[string]int{}}}
+	ev := &evaluator{kb: id, timeout: *timeout, lat: map[string][]time.Duration{}, routes: map[string]routing{}, rep: &evalReport{TierMix: map[string]int{}}}
 	if err := target(func(c quarryv1.QueryServiceClient) error { return ev.items(ctx, c, qs) }); err != nil {
 		return err
 	}
 	if err := target(func(c quarryv1.QueryServiceClient) error { return ev.pairs(ctx, c, qs) }); err != nil {
 		return err
+	}
+	for _, p := range phrasings {
+		if !*wrapped {
+			break
+		}
+		// A fresh system each: wrapped the same question again, a question would be
+		// a fuzzy hit on its other wrapping's answer.
+		if err := target(func(c quarryv1.QueryServiceClient) error { return ev.phrasing(ctx, c, qs, p) }); err != nil {
+			return err
+		}
 	}
 	rep := ev.finish()
 	if *asJSON {
@@ -323,21 +335,33 @@ type evaluator struct {
 	timeout time.Duration
 	rep     *evalReport
 	lat     map[string][]time.Duration
+	// routes holds each known-item and out-of-domain question's route, for -phrasings.
+	routes map[string]routing
 
 	direct, directRight, at1, at5, ood, falseOOD, sameHit, diffHit int
 }
 
+// ask queries q and records the call's latency by tier.
 func (e *evaluator) ask(ctx context.Context, c quarryv1.QueryServiceClient, q string) (*quarryv1.QueryResponse, error) {
+	began := time.Now()
+	resp, err := e.query(ctx, c, q)
+	if err != nil {
+		return nil, err
+	}
+	t := tierName(resp.GetTier())
+	e.lat[t] = append(e.lat[t], time.Since(began))
+	return resp, nil
+}
+
+// query asks q with the trace, recording a failure in the report.
+func (e *evaluator) query(ctx context.Context, c quarryv1.QueryServiceClient, q string) (*quarryv1.QueryResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
-	began := time.Now()
 	resp, err := c.Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: e.kb, Query: q, Explain: true})
 	if err != nil {
 		e.rep.Failed = append(e.rep.Failed, fmt.Sprintf("%q: %v", q, err))
 		return nil, err
 	}
-	t := tierName(resp.GetTier())
-	e.lat[t] = append(e.lat[t], time.Since(began))
 	return resp, nil
 }
 
@@ -362,6 +386,7 @@ func (e *evaluator) items(ctx context.Context, c quarryv1.QueryServiceClient, qs
 			tier = resp.GetOriginTier()
 		}
 		e.rep.TierMix[tierName(tier)]++
+		e.routes[q.Query] = routeOf(resp)
 		ranked := rankedPaths(resp)
 		top := ""
 		if len(ranked) > 0 {
@@ -546,6 +571,7 @@ func (r *evalReport) print(w io.Writer, verbose bool) {
 		fmt.Fprintf(tw, "latency %s\tp50 %.2f ms  p99 %.2f ms  (n=%d)\n", t, l.P50ms, l.P99ms, l.N)
 	}
 	tw.Flush()
+	printPhrasings(w, r.Phrasings, verbose)
 	if len(r.Misses) > 0 && !verbose {
 		fmt.Fprintf(w, "%d questions counted against the router (-v lists them)\n", len(r.Misses))
 	}

@@ -73,3 +73,49 @@ func TestEvalRejectsMalformedQuestionFiles(t *testing.T) {
 }
 
 func writeFile(p, s string) error { return os.WriteFile(p, []byte(s), 0o644) }
+
+// -phrasings asks the example set's questions wrapped in words that name nothing and
+// finds every route kept: a greeting, a request to be told, thanks or a ticket number
+// must not change where a question goes.
+func TestEvalPhrasingsKeepEveryRouteOnTheExampleSet(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if err := evalCmd(context.Background(), []string{"-json", "-phrasings", "-kb", evalKB, evalQuestions}, &out, &errOut); err != nil {
+		t.Fatalf("eval: %v\n%s", err, errOut.String())
+	}
+	var r evalReport
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Phrasings) != len(phrasings) {
+		t.Fatalf("%d phrasings reported, want %d", len(r.Phrasings), len(phrasings))
+	}
+	for _, p := range r.Phrasings {
+		if p.Questions != r.KnownItems+r.OutOfDomain {
+			t.Errorf("%s: %d questions asked, want %d", p.Phrasing, p.Questions, r.KnownItems+r.OutOfDomain)
+		}
+		if p.Kept.Num != p.Questions {
+			t.Errorf("%s (%s): route kept for %v; changed: %q", p.Phrasing, p.Example, p.Kept, p.Changed)
+		}
+	}
+}
+
+func TestPhrasingWrap(t *testing.T) {
+	tests := []struct {
+		p    phrasing
+		q    string
+		want string
+	}{
+		{phrasing{Prefix: "Hey team, "}, "How do I rotate the key?", "Hey team, how do I rotate the key?"},
+		{phrasing{Prefix: "Hey team, "}, "TLS or mTLS?", "Hey team, TLS or mTLS?"},
+		{phrasing{Suffix: " TIA"}, "How do I rotate the key?", "How do I rotate the key TIA?"},
+		{phrasing{Suffix: " TIA"}, "rotate the key", "rotate the key TIA?"},
+	}
+	for _, tt := range tests {
+		if got := tt.p.wrap(tt.q); got != tt.want {
+			t.Errorf("wrap(%q) = %q, want %q", tt.q, got, tt.want)
+		}
+	}
+	if (phrasing{Prefix: "Hey team, "}).applies("Pandas: how do I read a CSV?") {
+		t.Error("a prefix applies to a question that opens with a topic label")
+	}
+}
