@@ -278,7 +278,7 @@ func evalCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		// A fresh system each: wrapped the same question again, a question would be
 		// a fuzzy hit on its other wrapping's answer.
-		if err := target(func(c quarryv1.QueryServiceClient) error { return ev.phrasing(ctx, c, qs, p) }); err != nil {
+		if err := target(func(c quarryv1.QueryServiceClient) error { return ev.wrapped(ctx, c, qs, p) }); err != nil {
 			return err
 		}
 	}

@@ -101,9 +101,9 @@ type phrasingResult struct {
 	Changed   []string `json:"changed,omitempty"`
 }
 
-// phrasing asks every known-item and out-of-domain question wrapped as p and compares
+// wrapped asks every known-item and out-of-domain question wrapped as p and compares
 // each route with the unwrapped question's (items, which must have run first).
-func (e *evaluator) phrasing(ctx context.Context, c quarryv1.QueryServiceClient, qs []labelled, p phrasing) error {
+func (e *evaluator) wrapped(ctx context.Context, c quarryv1.QueryServiceClient, qs []labelled, p phrasing) error {
 	res := phrasingResult{Phrasing: p.Name, Example: p.wrap("Which port does Redis use?")}
 	kept := 0
 	for _, q := range qs {
