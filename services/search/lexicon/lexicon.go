@@ -146,12 +146,13 @@ func NamesWith(query string, w Writing) map[string]bool {
 }
 
 // Opener returns how many of query's first words (text.Words) are an opener that names
-// no topic: a label of discourse words ("Quick question: ...", "Update: ...", "Hi: ..."),
-// a request to be told ("Can someone tell me ...", "Does anyone know ...", "I was
-// wondering ...", "Explain ..."; see asking), or a label and then a request. Its words
-// are no evidence about the question: "Quick question: " before each of the example
-// set's known-item questions took the direct answers from 26 of 42 to 8, "Can someone
-// tell me " to 2, and "I need to know " called 12 of them out of domain.
+// no topic, made of any of these in this order: a label of discourse words ("Quick
+// question: ...", "Update: ..."), a greeting ("Hey team, ..."), an apology ("Sorry if
+// this is a dumb question, but ...") and a request to be told ("Can someone tell me
+// ...", "Does anyone know ...", "I was wondering ...", "Explain ..."; see asking). Its
+// words are no evidence about the question: before each of the example set's 42
+// known-item questions, "Quick question: " took the direct answers from 26 to 8, "Can
+// someone tell me " to 2, and "I need to know " called 12 out of domain, the apology 33.
 func Opener(query string) int {
 	n := discourseLabel(query)
 	words := text.Words(query)
@@ -252,6 +253,7 @@ var (
 	}
 )
 
+// The words of greeting, apology and apology's company (see greeting and apology).
 var (
 	greetings  = map[string]bool{"hi": true, "hello": true, "hey": true, "morning": true, "greetings": true, "yo": true}
 	addressees = map[string]bool{"team": true, "all": true, "folks": true, "guys": true, "everyone": true,
