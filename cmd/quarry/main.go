@@ -6,6 +6,7 @@
 //	quarry bench [-c 64 -d 30s]        load generator with a report per tier
 //	quarry eval -kb DIR questions.jsonl routing quality on labelled questions
 //	quarry devset -out DIR             write the Go standard library dev set
+//	quarry key -name N -kb K           generate an API key and its -auth-keys entry
 package main
 
 import (
@@ -30,6 +31,7 @@ commands:
   bench    load a gateway (or an embedded Quarry) and report qps and p50/p95/p99 per tier
   eval     route labelled questions and report precision, coverage, recall and cache hits
   devset   write a labelled dev set from the Go standard library's documentation
+  key      generate an API key and the -auth-keys file entry that grants it
 
 Run "quarry <command> -h" for the flags of a command.
 `
@@ -66,6 +68,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = evalCmd(ctx, args[1:], stdout, stderr)
 	case "devset":
 		err = devsetCmd(args[1:], stdout)
+	case "key":
+		err = keyCmd(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
