@@ -163,6 +163,8 @@ type evalReport struct {
 // evalThresholds are the bars CI sets; a negative value is not checked.
 type evalThresholds struct {
 	MinT2Precision, MinT2Coverage, MinRecall1, MinOODRecall, MaxFalseOOD, MinFuzzyHit, MaxFuzzyWrong float64
+	// MinPhrasingKept bars each -phrasings wrapping's share of routes kept.
+	MinPhrasingKept float64
 }
 
 func (t *evalThresholds) register(fs *flag.FlagSet) {
@@ -173,6 +175,7 @@ func (t *evalThresholds) register(fs *flag.FlagSet) {
 	fs.Float64Var(&t.MaxFalseOOD, "max-false-ood", -1, "fail above this share of known items called out of domain")
 	fs.Float64Var(&t.MinFuzzyHit, "min-fuzzy-hit", -1, "fail below this fuzzy-cache hit rate on same-answer pairs")
 	fs.Float64Var(&t.MaxFuzzyWrong, "max-fuzzy-wrong", -1, "fail above this fuzzy-cache hit rate on different-answer pairs")
+	fs.Float64Var(&t.MinPhrasingKept, "min-phrasing-kept", -1, "with -phrasings: fail when a wrapping keeps a smaller share of routes")
 }
 
 // check returns one line per missed bar. A bar on a figure that could not be measured
@@ -199,6 +202,12 @@ func (t evalThresholds) check(r *evalReport) []string {
 	bar("false out-of-domain", t.MaxFalseOOD, r.FalseOOD, false)
 	bar("fuzzy hit", t.MinFuzzyHit, r.FuzzyHit, true)
 	bar("fuzzy wrong-hit", t.MaxFuzzyWrong, r.FuzzyWrong, false)
+	if t.MinPhrasingKept >= 0 && len(r.Phrasings) == 0 {
+		out = append(out, fmt.Sprintf("route kept when wrapped: not measured (run with -phrasings), bar %.3f", t.MinPhrasingKept))
+	}
+	for _, p := range r.Phrasings {
+		bar("route kept when wrapped as "+p.Phrasing, t.MinPhrasingKept, p.Kept, true)
+	}
 	return out
 }
 

@@ -51,6 +51,10 @@ func TestEvalReportsSaneFiguresOnTheExampleSet(t *testing.T) {
 
 func TestEvalFailsWhenAThresholdIsMissed(t *testing.T) {
 	var out, errOut bytes.Buffer
+	// A phrasing bar without -phrasings cannot be measured.
+	if err := evalCmd(context.Background(), []string{"-kb", evalKB, "-min-phrasing-kept", "0.9", evalQuestions}, &out, &errOut); !errors.Is(err, errThresholds) {
+		t.Fatalf("-min-phrasing-kept without -phrasings: err = %v, want %v", err, errThresholds)
+	}
 	// A rate cannot exceed 1.
 	err := evalCmd(context.Background(), []string{"-kb", evalKB, "-min-ood-recall", "1.01", evalQuestions}, &out, &errOut)
 	if !errors.Is(err, errThresholds) {
@@ -79,7 +83,7 @@ func writeFile(p, s string) error { return os.WriteFile(p, []byte(s), 0o644) }
 // must not change where a question goes.
 func TestEvalPhrasingsKeepEveryRouteOnTheExampleSet(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if err := evalCmd(context.Background(), []string{"-json", "-phrasings", "-kb", evalKB, evalQuestions}, &out, &errOut); err != nil {
+	if err := evalCmd(context.Background(), []string{"-json", "-phrasings", "-min-phrasing-kept", "1", "-kb", evalKB, evalQuestions}, &out, &errOut); err != nil {
 		t.Fatalf("eval: %v\n%s", err, errOut.String())
 	}
 	var r evalReport
