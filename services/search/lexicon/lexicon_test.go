@@ -34,6 +34,11 @@ func TestNames(t *testing.T) {
 		{"letters and digits", "deploy to k8s and s3", []string{"k8s", "s3"}},
 		{"acronyms are not names", "How do I rotate the JWT key for PKCE?", nil},
 		{"plain lower case has no names", "how do i rotate kafka credentials", nil},
+		{"title case capitalises every word", "How Do I Rotate The Kafka Credentials?", nil},
+		{"title case keeps the other signs of a name", "How Do I Deploy GraphQL To K8s Clusters?", []string{"graphql", "k8s"}},
+		{"title case with lower-case stop words", "How to Rotate the Kafka Signing Keys", nil},
+		{"names in a sentence are not title case", "How do I connect Kafka Connect to Postgres?", []string{"kafka", "connect", "postgres"}},
+		{"two capitalised words are too few to call it title case", "Kafka or Pulsar?", []string{"pulsar"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"go.uber.org/goleak"
 
@@ -785,6 +787,24 @@ func TestSearchReturnsAtMostLimitResultsInRankOrder(t *testing.T) {
 
 // Words that name nothing the question asks about — an opener, politeness, urgency, a
 // number, a version — leave its route and its top document as they are.
+// A question in title case routes as in sentence case: its capitals name nothing.
+func TestTitleCaseKeepsTheRoute(t *testing.T) {
+	f := newFixture(t, false)
+	for _, q := range loadQuestions(t, "known_item") {
+		base := f.resolve(t, platform, q.Query)
+		title := strings.Join(strings.Fields(q.Query), " ")
+		words := strings.Fields(title)
+		for i, w := range words {
+			r, n := utf8.DecodeRuneInString(w)
+			words[i] = string(unicode.ToUpper(r)) + w[n:]
+		}
+		tq := strings.Join(words, " ")
+		if r := f.resolve(t, platform, tq); r.Route != base.Route {
+			t.Errorf("%q: route %v (rule %q), in sentence case %v", tq, r.Route, r.Trace.OODRule, base.Route)
+		}
+	}
+}
+
 func TestWordsThatNameNothingKeepTheRoute(t *testing.T) {
 	f := newFixture(t, false)
 	questions := []string{
