@@ -18,23 +18,36 @@ import (
 // ones routed as without.
 type phrasing struct {
 	Name, Prefix, Suffix string
+	// Rewrite, if set, rewrites the question before the prefix and suffix.
+	Rewrite func(string) string
 }
 
 var phrasings = []phrasing{
-	{"a discourse label", "Quick question: ", ""},
-	{"a greeting", "Hey team, ", ""},
-	{"an apology", "Sorry if this is a dumb question, but ", ""},
-	{"a request to be told", "Can someone tell me ", ""},
-	{"a request to know", "I need to know ", ""},
-	{"a request to explain", "Explain ", ""},
-	{"politeness", "", " please"},
-	{"urgency", "", " asap"},
-	{"thanks in advance", "", " TIA"},
-	{"a request for detail", "", " in detail"},
-	{"a request for pace", "", " right now"},
-	{"a call for ideas", "", ", any ideas"},
-	{"a ticket number", "", " (#4711)"},
-	{"a version", "", " in v9"}, // one no KB here uses: "v2" is content in the Go KB (math/rand/v2)
+	{"a discourse label", "Quick question: ", "", nil},
+	{"a greeting", "Hey team, ", "", nil},
+	{"an apology", "Sorry if this is a dumb question, but ", "", nil},
+	{"a request to be told", "Can someone tell me ", "", nil},
+	{"a request to know", "I need to know ", "", nil},
+	{"a request to explain", "Explain ", "", nil},
+	{"politeness", "", " please", nil},
+	{"urgency", "", " asap", nil},
+	{"thanks in advance", "", " TIA", nil},
+	{"a request for detail", "", " in detail", nil},
+	{"a request for pace", "", " right now", nil},
+	{"a call for ideas", "", ", any ideas", nil},
+	{"a ticket number", "", " (#4711)", nil},
+	{"a version", "", " in v9", nil}, // one no KB here uses: "v2" is content in the Go KB (math/rand/v2)
+	{"title case", "", "", titleCase},
+}
+
+// titleCase capitalises the first letter of every word, as a heading is written.
+func titleCase(q string) string {
+	words := strings.Fields(q)
+	for i, w := range words {
+		r, n := utf8.DecodeRuneInString(w)
+		words[i] = string(unicode.ToUpper(r)) + w[n:]
+	}
+	return strings.Join(words, " ")
 }
 
 // applies reports whether p wraps q: a prefix does not go before a question that opens
@@ -51,6 +64,9 @@ func (p phrasing) applies(q string) bool {
 // (unless q starts with a name in capitals, "TLS", "GKE"); a suffix goes before the
 // question mark.
 func (p phrasing) wrap(q string) string {
+	if p.Rewrite != nil {
+		q = p.Rewrite(q)
+	}
 	if p.Prefix != "" {
 		first, n := utf8.DecodeRuneInString(q)
 		if second, _ := utf8.DecodeRuneInString(q[n:]); !unicode.IsUpper(second) {
