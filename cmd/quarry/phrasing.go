@@ -26,6 +26,8 @@ var phrasings = []phrasing{
 	{"a discourse label", "Quick question: ", "", nil},
 	{"a greeting", "Hey team, ", "", nil},
 	{"an apology", "Sorry if this is a dumb question, but ", "", nil},
+	{"an apology without a but", "Sorry to bother you, ", "", nil},
+	{"a greeting and a label", "Hi everyone! Quick one: ", "", nil},
 	{"a request to be told", "Can someone tell me ", "", nil},
 	{"a request to know", "I need to know ", "", nil},
 	{"a request to explain", "Explain ", "", nil},

@@ -61,9 +61,13 @@ func Names(query string) map[string]bool {
 	}
 	var ws []written
 	first := true
-	for _, w := range strings.FieldsFunc(query, func(r rune) bool {
-		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '\'' && r != '\u2019'
+	for _, w := range strings.FieldsFunc(sentenceBreaks(query), func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '\'' && r != '\u2019' && r != sentenceBreak
 	}) {
+		if strings.HasPrefix(w, string(sentenceBreak)) {
+			// A new sentence: its first word is capitalised as any sentence's is.
+			w, first = strings.TrimLeft(w, string(sentenceBreak)), true
+		}
 		w = strings.NewReplacer("'", "", "\u2019", "").Replace(w)
 		if w == "" {
 			continue
@@ -95,6 +99,45 @@ func Names(query string) map[string]bool {
 		}
 	}
 	return out
+}
+
+// sentenceBreak marks, in sentenceBreaks' output, the start of a sentence after the first.
+const sentenceBreak = '\u0001'
+
+// sentenceBreaks returns query with sentenceBreak before each word that starts a new
+// sentence: after "!", "?" or a full stop and white space ("Hi all! Quick one: ..."). A
+// full stop after a word of one or two letters ("e.g. Kafka", "vs. Pulsar") ends an
+// abbreviation, not a sentence.
+func sentenceBreaks(query string) string {
+	var b strings.Builder
+	rs := []rune(query)
+	for i := 0; i < len(rs); i++ {
+		r := rs[i]
+		b.WriteRune(r)
+		if r != '!' && r != '?' && r != '.' {
+			continue
+		}
+		j := i + 1
+		for j < len(rs) && unicode.IsSpace(rs[j]) {
+			j++
+		}
+		if j == i+1 || j == len(rs) {
+			continue // no white space after it, or nothing: "torch.nn", the end
+		}
+		if r == '.' {
+			k := i
+			for k > 0 && unicode.IsLetter(rs[k-1]) {
+				k--
+			}
+			if i-k <= 2 {
+				continue
+			}
+		}
+		b.WriteString(string(rs[i+1 : j]))
+		b.WriteRune(sentenceBreak)
+		i = j - 1
+	}
+	return b.String()
 }
 
 // titleCased reports whether every content word of query after the first is
@@ -166,6 +209,7 @@ var discourse = map[string]bool{
 	"fyi": true, "edit": true, "followup": true, "follow": true, "context": true, "background": true,
 	"tldr": true, "ps": true, "q": true, "btw": true, "ok": true, "okay": true, "also": true,
 	"newbie": true, "beginner": true, "problem": true, "issue": true, "summary": true,
+	"one": true, // "Quick one: ..."
 }
 
 // NamesWith returns Names(query) plus the words written like names in the ways w turns on.
@@ -203,7 +247,9 @@ func Opener(query string) int {
 // greeting returns how many of words greet the readers ("Hey team", "Hi all"): a
 // greeting and whom it addresses.
 func greeting(words []string) int {
-	if len(words) == 0 || !greetings[words[0]] {
+	// An addressee alone greets too ("Folks, ..."), unless it could be a topic ("Team
+	// leads: ...").
+	if len(words) == 0 || !(greetings[words[0]] || (addressees[words[0]] && words[0] != "team" && words[0] != "people")) {
 		return 0
 	}
 	n := 1
@@ -214,20 +260,17 @@ func greeting(words []string) int {
 }
 
 // apology returns how many of words excuse the question before it is asked ("Sorry if
-// this is a dumb question, but ..."): stop words and apologyWords up to a "but", with
-// an apology among them.
+// this is a dumb question, but ...", "Sorry to bother you, ..."): a leading run of stop
+// words and apology words with an apology among them, when words follow it.
 func apology(words []string) int {
 	sorry := false
 	for i, w := range words {
 		switch {
-		case w == "but":
-			if sorry && i+1 < len(words) {
-				return i + 1
-			}
-			return 0
 		case apologies[w]:
 			sorry = true
 		case apologyWords[w] || text.IsStopWord(w):
+		case sorry:
+			return i
 		default:
 			return 0
 		}
@@ -236,10 +279,15 @@ func apology(words []string) int {
 }
 
 // discourseLabel returns how many words a leading label of discourse words has, or 0.
+// A greeting may come first ("Hi everyone! Quick one: ...").
 func discourseLabel(query string) int {
-	ws := leadingLabel(query)
+	ws := labelWords(query)
+	g := greeting(ws)
+	if len(ws)-g > LabelMaxWords {
+		return 0
+	}
 	hasDiscourse := false
-	for _, w := range ws {
+	for _, w := range ws[g:] {
 		switch {
 		case discourse[w]:
 			hasDiscourse = true
@@ -299,7 +347,8 @@ var (
 		"everybody": true, "there": true, "yall": true, "people": true}
 	apologies    = map[string]bool{"sorry": true, "apologies": true, "dumb": true, "stupid": true, "silly": true, "naive": true}
 	apologyWords = map[string]bool{"question": true, "basic": true, "obvious": true, "newbie": true, "noob": true,
-		"beginner": true, "probably": true, "maybe": true, "already": true, "asked": true}
+		"beginner": true, "probably": true, "maybe": true, "already": true, "asked": true, "bother": true,
+		"bothering": true, "interrupt": true, "disturb": true, "ping": true, "pinging": true}
 )
 
 // Closer returns how many of words' last words ask for the answer's form or pace, or
@@ -349,16 +398,22 @@ func shouted(query, w string) bool {
 // leadingLabel returns the words before the ": " that opens query, when there are at
 // most LabelMaxWords of them and a question follows; otherwise nil.
 func leadingLabel(query string) []string {
+	ws := labelWords(query)
+	if len(ws) > LabelMaxWords {
+		return nil
+	}
+	return ws
+}
+
+// labelWords returns the words before the first ": " of query when a question follows
+// it, however many; otherwise nil.
+func labelWords(query string) []string {
 	q := strings.TrimSpace(query)
 	i := strings.Index(q, ": ")
 	if i <= 0 || strings.TrimSpace(q[i+1:]) == "" {
 		return nil
 	}
-	ws := text.Words(q[:i])
-	if len(ws) > LabelMaxWords {
-		return nil
-	}
-	return ws
+	return text.Words(q[:i])
 }
 
 // label returns the words of the label that opens query, or nil. The colon must be

@@ -39,6 +39,10 @@ func TestNames(t *testing.T) {
 		{"title case with lower-case stop words", "How to Rotate the Kafka Signing Keys", nil},
 		{"names in a sentence are not title case", "How do I connect Kafka Connect to Postgres?", []string{"kafka", "connect", "postgres"}},
 		{"two capitalised words are too few to call it title case", "Kafka or Pulsar?", []string{"pulsar"}},
+		{"a new sentence starts with a capital", "Hi everyone! Quick one: does Kafka retry?", []string{"kafka"}},
+		{"after a full stop too", "Thanks in advance. Rotate the key how?", nil},
+		{"an abbreviation's full stop ends no sentence", "Streams, e.g. Kafka, or queues?", []string{"kafka"}},
+		{"a dot inside a name ends no sentence", "Is torch.Tensor supported?", []string{"tensor"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,7 +94,7 @@ func TestNamesWith(t *testing.T) {
 		{"a Ruby method reference", "How does Enumerable#each_slice work?", both, []string{"enumerable", "each", "slice"}},
 		{"versions and numbers are not identifiers", "Is release 1.2 faster than 3.14 seconds?", both, nil},
 		{"qualified off", "What does torch.nn.Module.forward do?", Writing{Label: true}, []string{"module"}},
-		{"a sentence's full stop is no qualifier", "Rotate the key. Then restart.", both, []string{"then"}},
+		{"a sentence's full stop is no qualifier", "Rotate the key. Then restart.", both, nil}, // nor is "Then" a name: a sentence starts
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -202,11 +206,15 @@ func TestOpener(t *testing.T) {
 		{"Help desk hours", 0},                         // no verb of asking
 		{"Key rotation: can someone tell me?", 0},      // the request follows the topic
 		{"Hey team, how do I revoke a key?", 2},
+		{"Hi everyone! Quick one: how do I revoke a key?", 4},
+		{"Folks, how do I revoke a key?", 1},
+		{"Hi everyone! Kafka consumers: how do I tune them?", 2}, // a greeting, then a topic label
 		{"Hi all! Does anyone know the backup schedule?", 2 + 3},
 		{"Hey", 1}, // a greeting alone (Courtesy drops it anyway)
-		{"Sorry if this is a dumb question, but how do I revoke a key?", 8},
+		{"Sorry if this is a dumb question, but how do I revoke a key?", 11}, // the stop words after "but" too
+		{"Sorry to bother you, how do I revoke a key?", 7},
 		{"Sorry if this was already asked, but can someone tell me the port?", 7 + 3},
-		{"Sorry, the deploy failed, but why?", 0}, // a topic word before the "but"
+		{"Sorry, the deploy failed, but why?", 2}, // up to the topic: "sorry", "the"
 		{"Dumb question but", 0},                  // nothing after the "but"
 		{"Team leads: who approves deploys?", 0},  // "team" is an addressee only after a greeting
 	}
