@@ -37,6 +37,8 @@ var phrasings = []phrasing{
 	{"a request for detail", "", " in detail", nil},
 	{"a request for pace", "", " right now", nil},
 	{"a call for ideas", "", ", any ideas", nil},
+	{"a call for help", "", " pls help", nil},
+	{"an aside", "", " (asking for a friend)", nil},
 	{"a ticket number", "", " (#4711)", nil},
 	{"a version", "", " in v9", nil}, // one no KB here uses: "v2" is content in the Go KB (math/rand/v2)
 	{"title case", "", "", titleCase},

@@ -382,6 +382,10 @@ var closers = [][]string{
 	{"in", "detail"}, {"in", "details"}, {"briefly"}, {"in", "short"}, {"step", "by", "step"},
 	{"right", "now"}, {"quickly"}, {"asap"}, {"if", "possible"}, {"if", "you", "can"},
 	{"by", "any", "chance"}, {"new", "here"},
+	{"pls", "help"}, {"plz", "help"}, {"please", "help"}, {"help", "please"}, {"help", "pls"},
+	{"urgent"}, {"lmk"}, {"let", "me", "know"}, {"asking", "for", "a", "friend"},
+	{"if", "anyone", "knows"}, {"if", "anybody", "knows"}, {"anyone", "know"},
+	{"any", "help", "appreciated"}, {"help", "appreciated"}, {"much", "appreciated"}, {"appreciated"},
 }
 
 // shouted reports whether query holds w in capitals as a word of its own.

@@ -238,6 +238,10 @@ func TestCloser(t *testing.T) {
 		{"how do I revoke a key any ideas", 2},
 		{"how do I revoke a key quickly in detail", 3},
 		{"how do I revoke a key, I'm new here", 2},
+		{"how do I revoke a key pls help", 2},
+		{"how do I revoke a key (asking for a friend)", 4},
+		{"how do I revoke a key, any help appreciated", 3},
+		{"how do I revoke a key lmk", 1},
 		{"how do I revoke a key", 0},
 		{"what is the next step", 0},            // "step" alone is a topic
 		{"in detail", 0},                        // never the whole question

@@ -135,7 +135,10 @@ func (r *Resolver) parse(k *kb.KB, q, scope string) (query, error) {
 		}
 		scope = clean
 	}
-	words := slices.DeleteFunc(text.Words(q)[lexicon.Opener(q):], lexicon.Courtesy)
+	// A closer before and after the courtesy words go: "... pls help" and "... in
+	// detail please" both end in one.
+	words := text.Words(q)[lexicon.Opener(q):]
+	words = slices.DeleteFunc(words[:len(words)-lexicon.Closer(words)], lexicon.Courtesy)
 	words = words[:len(words)-lexicon.Closer(words)]
 	terms := make([]string, 0, len(words))
 	for _, w := range words {
