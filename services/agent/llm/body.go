@@ -69,10 +69,12 @@ func (p *OpenAI) body(req loop.ChatRequest) ([]byte, error) {
 		b.Stream, b.StreamOptions = true, &streamOptions{IncludeUsage: true}
 	}
 	for i, m := range req.Messages {
-		bm := bodyMessage{Role: m.Role, ToolCallID: m.ToolCallID}
+		bm := bodyMessage{Role: m.Role}
 		switch m.Role {
-		case loop.RoleSystem, loop.RoleUser, loop.RoleTool:
+		case loop.RoleSystem, loop.RoleUser:
 			bm.Content = &m.Content
+		case loop.RoleTool:
+			bm.Content, bm.ToolCallID = &m.Content, m.ToolCallID
 		case loop.RoleAssistant:
 			if m.Content != "" || len(m.ToolCalls) == 0 {
 				bm.Content = &m.Content
@@ -82,9 +84,6 @@ func (p *OpenAI) body(req loop.ChatRequest) ([]byte, error) {
 			}
 		default:
 			bm.Role, bm.Content = loop.RoleUser, &m.Content
-		}
-		if m.Role != loop.RoleTool {
-			bm.ToolCallID = ""
 		}
 		b.Messages[i] = bm
 	}
