@@ -55,74 +55,53 @@ func Common(word string) bool {
 // capital names nothing: before, that called 11 of the example set's 42 known-item
 // questions out of domain.
 func Names(query string) map[string]bool {
-	type written struct {
-		word                                          string
-		capitalised, upperInside, digit, letter, caps bool
-	}
-	var ws []written
-	first := true
-	for _, w := range strings.FieldsFunc(sentenceBreaks(query), func(r rune) bool {
-		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '\'' && r != '\u2019' && r != sentenceBreak
-	}) {
-		if strings.HasPrefix(w, string(sentenceBreak)) {
-			// A new sentence: its first word is capitalised as any sentence's is.
-			w, first = strings.TrimLeft(w, string(sentenceBreak)), true
-		}
-		w = strings.NewReplacer("'", "", "\u2019", "").Replace(w)
-		if w == "" {
-			continue
-		}
-		x := written{word: strings.ToLower(w)}
-		rs := []rune(w)
-		for i, r := range rs {
-			switch {
-			case unicode.IsDigit(r):
-				x.digit = true
-			case unicode.IsLetter(r):
-				x.letter = true
-				if i > 0 && unicode.IsUpper(r) {
-					x.upperInside = true
-				}
-			}
-		}
-		x.capitalised = unicode.IsUpper(rs[0]) && !first
-		// An all-capitals word ("JWT", "PKCE") is an acronym the KB would spell the same.
-		x.caps = strings.ToUpper(w) == w && x.letter
-		ws = append(ws, x)
-		first = false
-	}
 	titleCase := titleCased(query)
 	out := map[string]bool{}
-	for _, x := range ws {
-		if (x.capitalised && !x.caps && !titleCase) || (x.upperInside && !x.caps) || (x.digit && x.letter) {
-			out[x.word] = true
+	for _, sentence := range sentences(query) {
+		first := true // a sentence's first word is capitalised as any sentence's is
+		for _, w := range strings.FieldsFunc(sentence, func(r rune) bool {
+			return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '\'' && r != '\u2019'
+		}) {
+			w = strings.NewReplacer("'", "", "\u2019", "").Replace(w)
+			if w == "" {
+				continue
+			}
+			rs := []rune(w)
+			upperInside, digit, letter := false, false, false
+			for i, r := range rs {
+				switch {
+				case unicode.IsDigit(r):
+					digit = true
+				case unicode.IsLetter(r):
+					letter = true
+					if i > 0 && unicode.IsUpper(r) {
+						upperInside = true
+					}
+				}
+			}
+			capitalised := unicode.IsUpper(rs[0]) && !first && !titleCase
+			// An all-capitals word ("JWT", "PKCE") is an acronym the KB would spell the same.
+			acronym := strings.ToUpper(w) == w && letter
+			if (capitalised && !acronym) || (upperInside && !acronym) || (digit && letter) {
+				out[strings.ToLower(w)] = true
+			}
+			first = false
 		}
 	}
 	return out
 }
 
-// sentenceBreak marks, in sentenceBreaks' output, the start of a sentence after the first.
-const sentenceBreak = '\u0001'
-
-// sentenceBreaks returns query with sentenceBreak before each word that starts a new
-// sentence: after "!", "?" or a full stop and white space ("Hi all! Quick one: ..."). A
-// full stop after a word of one or two letters ("e.g. Kafka", "vs. Pulsar") ends an
-// abbreviation, not a sentence.
-func sentenceBreaks(query string) string {
-	var b strings.Builder
+// sentences cuts query after each "!", "?" or full stop that white space follows ("Hi
+// all! Quick one: ..."). A full stop after a word of one or two letters ("e.g. Kafka",
+// "vs. Pulsar") ends an abbreviation, not a sentence; one without white space after it
+// ("torch.nn") ends nothing.
+func sentences(query string) []string {
+	var out []string
+	start := 0
 	rs := []rune(query)
-	for i := 0; i < len(rs); i++ {
-		r := rs[i]
-		b.WriteRune(r)
-		if r != '!' && r != '?' && r != '.' {
+	for i, r := range rs {
+		if r != '!' && r != '?' && r != '.' || i+1 == len(rs) || !unicode.IsSpace(rs[i+1]) {
 			continue
-		}
-		j := i + 1
-		for j < len(rs) && unicode.IsSpace(rs[j]) {
-			j++
-		}
-		if j == i+1 || j == len(rs) {
-			continue // no white space after it, or nothing: "torch.nn", the end
 		}
 		if r == '.' {
 			k := i
@@ -133,11 +112,10 @@ func sentenceBreaks(query string) string {
 				continue
 			}
 		}
-		b.WriteString(string(rs[i+1 : j]))
-		b.WriteRune(sentenceBreak)
-		i = j - 1
+		out = append(out, string(rs[start:i+1]))
+		start = i + 1
 	}
-	return b.String()
+	return append(out, string(rs[start:]))
 }
 
 // titleCased reports whether every content word of query after the first is
