@@ -387,15 +387,14 @@ func (e *evaluator) items(ctx context.Context, c quarryv1.QueryServiceClient, qs
 		if err != nil {
 			continue
 		}
-		// A verified cache hit stands for the route the fresh search would take (same
-		// stems, or the fresh search agreed), so it is scored by the route it carries.
-		tier := resp.GetTier()
+		// A cache hit is scored by the route it carries (routeOf).
+		rt := routeOf(resp)
+		tier := rt.Tier
 		if resp.GetFromCache() {
 			e.rep.CacheAnswered++
-			tier = resp.GetOriginTier()
 		}
 		e.rep.TierMix[tierName(tier)]++
-		e.routes[q.Query] = routeOf(resp)
+		e.routes[q.Query] = rt
 		ranked := rankedPaths(resp)
 		top := ""
 		if len(ranked) > 0 {
@@ -427,14 +426,10 @@ func (e *evaluator) items(ctx context.Context, c quarryv1.QueryServiceClient, qs
 		case quarryv1.Tier_TIER_DIRECT:
 			e.direct++
 			// Precision reads the answer's own first source: that is what the user got.
-			first := ""
-			if s := resp.GetSources(); len(s) > 0 {
-				first = s[0].GetPath()
-			}
-			if slices.Contains(q.Expect, first) {
+			if slices.Contains(q.Expect, rt.Source) {
 				e.directRight++
 			} else {
-				e.rep.Misses = append(e.rep.Misses, miss{What: "wrong direct answer", Query: q.Query, Tier: tierName(tier), Top: first, Expect: q.Expect[0], Detail: gateDetail(resp)})
+				e.rep.Misses = append(e.rep.Misses, miss{What: "wrong direct answer", Query: q.Query, Tier: tierName(tier), Top: rt.Source, Expect: q.Expect[0], Detail: gateDetail(resp)})
 			}
 		}
 	}

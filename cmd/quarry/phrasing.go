@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/services/search/lexicon"
 )
 
 // phrasing is a way people wrap a question in words that name nothing it asks about:
@@ -61,7 +62,7 @@ func (p phrasing) applies(q string) bool {
 		return true
 	}
 	i := strings.Index(q, ": ")
-	return i < 0 || len(strings.Fields(q[:i])) > 3
+	return i < 0 || len(strings.Fields(q[:i])) > lexicon.LabelMaxWords
 }
 
 // wrap returns q wrapped: a prefix starts the sentence, so q's first letter is lowered
@@ -85,16 +86,18 @@ func (p phrasing) wrap(q string) string {
 
 // routing is how a question was routed: its tier (the origin tier of a cached answer) and,
 // for a direct answer, the document it answered from.
+// A verified cache hit stands for the route the fresh search would take (same stems,
+// or the fresh search agreed), so it is read as the route it carries.
 type routing struct {
-	Tier   string
+	Tier   quarryv1.Tier
 	Source string
 }
 
 func (r routing) String() string {
 	if r.Source == "" {
-		return r.Tier
+		return tierName(r.Tier)
 	}
-	return r.Tier + " " + r.Source
+	return tierName(r.Tier) + " " + r.Source
 }
 
 func routeOf(resp *quarryv1.QueryResponse) routing {
@@ -102,7 +105,7 @@ func routeOf(resp *quarryv1.QueryResponse) routing {
 	if resp.GetFromCache() {
 		tier = resp.GetOriginTier()
 	}
-	r := routing{Tier: tierName(tier)}
+	r := routing{Tier: tier}
 	if tier == quarryv1.Tier_TIER_DIRECT {
 		if s := resp.GetSources(); len(s) > 0 {
 			r.Source = s[0].GetPath()
