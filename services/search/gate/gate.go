@@ -115,8 +115,9 @@ type Config struct {
 	// (lexicon.Typo); the resolver passes the corrected word to ranking and to these rules.
 	OODTypos bool
 	// OODLiterals: words the question quotes ("Atoi fails on \"12abc\"") and its numbers
-	// ("ticket 4711", "v2") are the user's data, which no KB holds: no rule counts them and ranking does not weigh them when the
-	// KB never uses them (lexicon.Literals).
+	// ("ticket 4711", "v2") are the user's data, which no KB holds: no rule counts them,
+	// and when the KB never uses them ranking does not weigh them nor the search look
+	// for them (lexicon.Literals).
 	OODLiterals bool
 
 	// EntityTrigger: entity search runs when the first search returns fewer results (3).
