@@ -160,8 +160,10 @@ func newRedisBenchEnv(base *benchEnv) (*redisBenchEnv, error) {
 }
 
 // measureRedis calls op b.N times in sequence and prints its latency percentiles and
-// how many calls were not answered by the tier measured (answered uncached because a
-// Redis call missed its deadline: the fail-open path, counted, not hidden).
+// how many calls were not answered by the tier measured (answered uncached, or by the
+// fuzzy tier for an exact question, because a Redis call missed its deadline: the
+// fail-open path, counted, not hidden). More than 1 % of them fails the benchmark: the
+// premise is broken then, not the machine slow.
 func measureRedis(b *testing.B, name string, op func(i int) (bool, error)) (p50, p99 time.Duration) {
 	lat := make([]time.Duration, 0, b.N)
 	other := 0
@@ -178,6 +180,9 @@ func measureRedis(b *testing.B, name string, op func(i int) (bool, error)) (p50,
 		}
 	}
 	b.StopTimer()
+	if other > 1 && other*100 > b.N {
+		b.Fatalf("%s: %d of %d calls were answered by another tier", name, other, b.N)
+	}
 	p50, p99 = percentile(lat, 0.50), percentile(lat, 0.99)
 	b.ReportMetric(us(p50), "p50-µs")
 	b.ReportMetric(us(p99), "p99-µs")
@@ -195,6 +200,9 @@ func BenchmarkRedisSpeedBars(b *testing.B) {
 		r, err := c.Query(cctx, &quarryv1.QueryRequest{KnowledgeBase: benchKB, Query: q})
 		if err != nil {
 			return false, err
+		}
+		if r.GetTier() == quarryv1.Tier_TIER_FUZZY_CACHE && want == quarryv1.Tier_TIER_EXACT_CACHE {
+			return false, nil // the exact lookup missed its deadline; the fuzzy one found it
 		}
 		if r.GetFromCache() && r.GetTier() != want {
 			return false, fmt.Errorf("%q answered by %v, want %v: the benchmark's premise is broken", q, r.GetTier(), want)
@@ -229,6 +237,22 @@ func BenchmarkRedisSpeedBars(b *testing.B) {
 		})
 		b.ReportMetric(float64(p99)/float64(e.echoGetP), "p99/baseline-p99")
 		reportBar(b, "T0 exact hit p99 (Redis)", b.N, p99, time.Millisecond)
+	})
+	b.Run("T0_exact_near", func(b *testing.B) {
+		// A question asked again on the same replica: the replica's copy answers
+		// (-redis-near-bytes), with no Redis round trip. Replica A asks 100 of the
+		// cached questions once before the timer starts, which copies them.
+		hot := cached[len(cached)-100:]
+		for _, q := range hot {
+			if _, err := askFor(e.a, quarryv1.Tier_TIER_EXACT_CACHE, q); err != nil {
+				b.Fatal(err)
+			}
+		}
+		_, p99 := measureRedis(b, "T0 exact hit (the replica's copy)", func(i int) (bool, error) {
+			return askFor(e.a, quarryv1.Tier_TIER_EXACT_CACHE, hot[i%len(hot)])
+		})
+		b.ReportMetric(float64(p99)/float64(e.echoGetP), "p99/baseline-p99")
+		reportBar(b, "T0 exact hit p99 (the replica's copy)", b.N, p99, time.Millisecond)
 	})
 	b.Run("T1_fuzzy_10k", func(b *testing.B) {
 		_, p99 := measureRedis(b, "T1 fuzzy hit, 10k entries (Redis)", func(i int) (bool, error) {

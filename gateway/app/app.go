@@ -186,6 +186,9 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 		cancel()
 		if store == nil {
 			store = cache.NewRedis(client, cfg.Cache, cfg.Redis, time.Now, log.With("component", "cache"))
+			if cfg.Redis.NearBytes > 0 {
+				store = cache.NewNear(store, cfg.Cache, cfg.Redis.NearBytes, time.Now)
+			}
 		}
 		shared = generations.NewShared(client, cfg.Redis.KeyPrefix, log.With("component", "generations"))
 		gens = generations.Combined{Local: watcher, Shared: shared}

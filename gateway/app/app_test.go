@@ -178,6 +178,36 @@ func TestRedisBackendIsSharedAndFailsOpen(t *testing.T) {
 	ask(c, quarryv1.Tier_TIER_DIRECT)
 }
 
+func TestRedisCopiesAnswerARepeatedQuestionOnTheReplica(t *testing.T) {
+	search := startSearch(t)
+	for _, tc := range []struct {
+		nearBytes string
+		// afterKill is the tier of the question asked again once Redis is gone.
+		afterKill quarryv1.Tier
+	}{
+		{"33554432", quarryv1.Tier_TIER_EXACT_CACHE}, // the replica's copy
+		{"0", quarryv1.Tier_TIER_DIRECT},             // no copies: answered uncached
+	} {
+		t.Run("-redis-near-bytes "+tc.nearBytes, func(t *testing.T) {
+			srv := redistest.Start(t)
+			c := startGateway(t, "-listen", "127.0.0.1:0", "-search-addr", search, "-cache-backend", "redis",
+				"-redis-addr", srv.Addr, "-redis-timeout", "1s", "-redis-near-bytes", tc.nearBytes)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			for _, want := range []quarryv1.Tier{quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_EXACT_CACHE, 0} {
+				if want == 0 {
+					srv.Kill()
+					want = tc.afterKill
+				}
+				resp, err := c.Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "rotate keys"})
+				if err != nil || resp.GetTier() != want {
+					t.Fatalf("Query: %v, %v; want tier %v", resp, err, want)
+				}
+			}
+		})
+	}
+}
+
 func TestRunRejectsBadConfiguration(t *testing.T) {
 	cases := []struct {
 		name string
@@ -194,6 +224,7 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{"a Redis address without a port", []string{"-cache-backend", "redis", "-redis-addr", "redis"}, [2]string{}, "-redis-addr"},
 		{"a zero Redis call timeout", []string{"-cache-backend", "redis"}, [2]string{"QUARRY_GATEWAY_REDIS_TIMEOUT", "0s"}, "-redis-timeout"},
 		{"a CA file without TLS", []string{"-cache-backend", "redis", "-redis-tls-ca", "ca.pem"}, [2]string{}, "-redis-tls-ca"},
+		{"a negative size for the Redis copies", []string{"-cache-backend", "redis"}, [2]string{"QUARRY_GATEWAY_REDIS_NEAR_BYTES", "-1"}, "-redis-near-bytes"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

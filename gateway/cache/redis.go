@@ -49,6 +49,9 @@ type RedisConfig struct {
 	// PostingScan bounds how many members of one token's posting a fuzzy lookup reads
 	// (the most recently stored first), which bounds its cost whatever the vocabulary.
 	PostingScan int
+	// NearBytes bounds the copies of Redis entries a gateway keeps in its own memory
+	// (Near); 0 keeps none, and every lookup goes to Redis.
+	NearBytes int
 }
 
 // RegisterFlags registers the Redis flags with their defaults.
@@ -66,6 +69,7 @@ func (c *RedisConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.BreakerFailures, "redis-breaker-failures", 5, "consecutive failed Redis calls that trigger a health check; if it fails too, cache calls stop until a probe succeeds")
 	fs.DurationVar(&c.BreakerCooldown, "redis-breaker-cooldown", time.Second, "how often one probe call tests whether Redis is back")
 	fs.IntVar(&c.PostingScan, "redis-posting-scan", 500, "most members of one token's posting a fuzzy lookup reads (newest first)")
+	fs.IntVar(&c.NearBytes, "redis-near-bytes", 32<<20, "bytes of Redis cache entries each gateway keeps in memory, answering a repeated question without a Redis round trip (0 = none)")
 }
 
 // Validate rejects settings the Redis client cannot use, naming the flag.
@@ -88,6 +92,8 @@ func (c *RedisConfig) Validate() error {
 		return fmt.Errorf("-redis-breaker-cooldown must be positive, got %s", c.BreakerCooldown)
 	case c.PostingScan < 1:
 		return fmt.Errorf("-redis-posting-scan must be at least 1, got %d", c.PostingScan)
+	case c.NearBytes < 0:
+		return fmt.Errorf("-redis-near-bytes must not be negative, got %d", c.NearBytes)
 	case c.TLSCAFile != "" && !c.TLS:
 		return errors.New("-redis-tls-ca needs -redis-tls")
 	}
