@@ -59,8 +59,11 @@ type nearItem struct {
 }
 
 // nearOverhead approximates what one entry costs beyond Entry.Size: the map slot, the
-// list element, the item and the Entry headers.
-const nearOverhead = 256
+// list element, the item and the Entry's headers; each token adds a string header.
+const (
+	nearOverhead      = 384
+	nearTokenOverhead = 16
+)
 
 var _ Store = (*Near)(nil)
 
@@ -163,7 +166,7 @@ func (n *Near) lookup(k nearKey) *Entry {
 // keep holds e until it expires or is the least recently used when room is needed.
 func (n *Near) keep(e *Entry) {
 	expires := e.StoredAt.Add(n.ttl)
-	size := e.Size() + nearOverhead
+	size := e.Size() + nearOverhead + nearTokenOverhead*len(e.Tokens)
 	if size > n.maxBytes || !n.now().Before(expires) {
 		return
 	}

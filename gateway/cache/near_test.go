@@ -117,9 +117,9 @@ func TestNear(t *testing.T) {
 				t.Fatalf("Get at generation 2: %v, want ErrMiss", err)
 			}
 		}},
-		// Room for three: each entry's Size is 121, and Near counts 256 more for its
-		// bookkeeping.
-		{"the least recently used copies go when the bytes run out", 3 * (121 + 256), func(t *testing.T, e env) {
+		// Room for three: each entry's Size is 121, and Near counts 384 more for its
+		// bookkeeping and 16 for each of its two tokens.
+		{"the least recently used copies go when the bytes run out", 3 * (121 + 384 + 32), func(t *testing.T, e env) {
 			for i := range 3 {
 				if err := e.near.Put(ctx, q(i)); err != nil {
 					t.Fatal(err)
@@ -131,8 +131,8 @@ func TestNear(t *testing.T) {
 			if err := e.near.Put(ctx, q(3)); err != nil {
 				t.Fatal(err)
 			}
-			if s := e.near.Stats(); s.Entries != 3 || s.Bytes != 3*(121+256) {
-				t.Fatalf("stats %+v, want 3 entries in %d bytes", s, 3*(121+256))
+			if s := e.near.Stats(); s.Entries != 3 || s.Bytes != 3*(121+384+32) {
+				t.Fatalf("stats %+v, want 3 entries in %d bytes", s, 3*(121+384+32))
 			}
 			gets := e.far.gets.Load()
 			for _, i := range []int{0, 3} {
