@@ -631,7 +631,10 @@ type nearDuplicatePair struct {
 // turns down is counted in quarry.gateway.fuzzy.rejects by reason.
 func TestNearDuplicatesAreVerifiedAcrossReplicas(t *testing.T) {
 	_, tel := inMemoryTracing(t)
-	c := startRedisCluster(t)
+	// Each pair starts from an empty cache (FLUSHDB below), which the replicas' copies
+	// would outlive: a question one pair asked on replica B would be an exact hit there
+	// in the next.
+	c := startRedisCluster(t, "-redis-near-bytes", "0")
 	rejectsBefore := fuzzyRejects(t, tel) // the process's telemetry counts other tests' too
 	c.search.slow.Store(int64(10 * time.Millisecond))
 	var pairs []nearDuplicatePair
