@@ -20,9 +20,10 @@ import (
 //
 // It is as fresh as the shared store. An entry is served until its StoredAt plus the
 // TTL, as Redis serves it (Redis's own key expires then too), and entries are keyed by
-// generation, so a knowledge base that changes gets new keys everywhere. Entries are
-// never rewritten in place, so copies on several replicas cannot disagree. What Near
-// does not see: an entry Redis lost early (evicted under maxmemory, or the database
+// generation, so a knowledge base that changes gets new keys everywhere. A key is
+// written again only when two replicas computed the same question at once; each then
+// keeps serving its own answer, both computed from the same generation, until the TTL.
+// What Near does not see: an entry Redis lost early (evicted under maxmemory, or the database
 // flushed by hand) is still served here until it expires, and hits served here do not
 // refresh the entry's rank in the shared least-recently-used order.
 //
