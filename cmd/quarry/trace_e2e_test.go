@@ -365,36 +365,56 @@ func descends(byID map[trace.SpanID]tracetest.SpanStub, s tracetest.SpanStub, ro
 
 // TestRedisCommandsAreInTheQuerysTrace: with the Redis cache, a cached answer asked over
 // gRPC shows its Redis lookup as a client span beneath the gateway's server span, without
-// the command text. The answer is asked on the other replica: the one that stored it
-// answers again from its copy, without Redis.
+// the command text; asked again on the replica that stored it, its copy answers, with no
+// Redis span and the exact_cache event saying so.
 func TestRedisCommandsAreInTheQuerysTrace(t *testing.T) {
 	exp, _ := inMemoryTracing(t) // before the replicas: their Redis clients take the global provider as they start
 	c := startRedisCluster(t)
 	askOn(t, c.a, jwtRotateQ)
-	exp.Reset()
-	wantServed(t, askOn(t, c.b, jwtRotateQ), quarryv1.Tier_TIER_EXACT_CACHE, true)
-	var root *tracetest.SpanStub
-	for deadline := time.Now().Add(5 * time.Second); root == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		root = find(exp.GetSpans(), "quarry.v1.QueryService/Query", trace.SpanKindServer)
-	}
-	if root == nil {
-		t.Fatal("no gateway server span for the cached answer")
-	}
-	var commands []string
-	for _, s := range exp.GetSpans() {
-		if s.Parent.SpanID() != root.SpanContext.SpanID() || s.SpanKind != trace.SpanKindClient {
-			continue
-		}
-		attrs := attrMap(s.Attributes)
-		if attrs["db.system"] != "redis" {
-			continue
-		}
-		commands = append(commands, s.Name)
-		if attrs["db.statement"] != "" {
-			t.Errorf("Redis span %q carries the command text", s.Name)
-		}
-	}
-	if len(commands) == 0 {
-		t.Fatal("the cached answer's trace holds no Redis command span")
+	for _, tc := range []struct {
+		name    string
+		replica quarryv1.QueryServiceClient
+		copy    bool
+	}{
+		{"the other replica, from Redis", c.b, false},
+		{"the replica that stored it, from its copy", c.a, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			exp.Reset()
+			wantServed(t, askOn(t, tc.replica, jwtRotateQ), quarryv1.Tier_TIER_EXACT_CACHE, true)
+			var root *tracetest.SpanStub
+			for deadline := time.Now().Add(5 * time.Second); root == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				root = find(exp.GetSpans(), "quarry.v1.QueryService/Query", trace.SpanKindServer)
+			}
+			if root == nil {
+				t.Fatal("no gateway server span for the cached answer")
+			}
+			var commands []string
+			for _, s := range exp.GetSpans() {
+				if s.Parent.SpanID() != root.SpanContext.SpanID() || s.SpanKind != trace.SpanKindClient {
+					continue
+				}
+				attrs := attrMap(s.Attributes)
+				if attrs["db.system"] != "redis" {
+					continue
+				}
+				commands = append(commands, s.Name)
+				if attrs["db.statement"] != "" {
+					t.Errorf("Redis span %q carries the command text", s.Name)
+				}
+			}
+			if tc.copy != (len(commands) == 0) {
+				t.Errorf("Redis command spans %v beneath the cached answer's server span; from the replica's copy: %v", commands, tc.copy)
+			}
+			copyAttr := ""
+			for _, e := range root.Events {
+				if e.Name == "exact_cache" {
+					copyAttr = attrMap(e.Attributes)["quarry.cache.replica_copy"]
+				}
+			}
+			if want := map[bool]string{true: "true", false: ""}[tc.copy]; copyAttr != want {
+				t.Errorf("exact_cache event's quarry.cache.replica_copy = %q, want %q", copyAttr, want)
+			}
+		})
 	}
 }

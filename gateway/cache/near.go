@@ -100,16 +100,23 @@ func (n *Near) Stats() NearStats {
 
 // Get implements Store: the copy here if it is live, the shared store's otherwise.
 func (n *Near) Get(ctx context.Context, kb string, gen uint64, query string) (*Entry, error) {
+	e, _, err := n.GetCopy(ctx, kb, gen, query)
+	return e, err
+}
+
+// GetCopy is Get that also reports whether the entry came from the copy here, for the
+// routing trace.
+func (n *Near) GetCopy(ctx context.Context, kb string, gen uint64, query string) (e *Entry, fromCopy bool, err error) {
 	if e := n.lookup(nearKey{kb, gen, query}); e != nil {
 		n.count(ctx, true)
-		return e, nil
+		return e, true, nil
 	}
 	n.count(ctx, false)
-	e, err := n.far.Get(ctx, kb, gen, query)
+	e, err = n.far.Get(ctx, kb, gen, query)
 	if err == nil {
 		n.keep(e)
 	}
-	return e, err
+	return e, false, err
 }
 
 // Similar implements Store with the shared store.

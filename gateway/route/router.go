@@ -157,15 +157,24 @@ func (c *call) run(ctx context.Context, onDelta func(string)) (*quarryv1.QueryRe
 	}
 
 	// T0.
-	e, err := r.store.Get(ctx, c.kb, c.gen, c.norm)
+	var (
+		e        *cache.Entry
+		err      error
+		fromCopy bool
+	)
+	if cs, ok := r.store.(copyStore); ok {
+		e, fromCopy, err = cs.GetCopy(ctx, c.kb, c.gen, c.norm)
+	} else {
+		e, err = r.store.Get(ctx, c.kb, c.gen, c.norm)
+	}
 	if err == nil {
 		var resp *quarryv1.QueryResponse
 		if resp, err = fromCache(e, quarryv1.Tier_TIER_EXACT_CACHE); err == nil {
-			c.exactOutcome("hit")
+			c.exactOutcome("hit", fromCopy)
 			return resp, nil
 		}
 	}
-	c.exactOutcome(lookupOutcome(ctx, r.log, "exact", err))
+	c.exactOutcome(lookupOutcome(ctx, r.log, "exact", err), false)
 
 	c.tokens = text.Tokens(c.norm)
 	if c.explain != nil {
@@ -659,12 +668,25 @@ func lookupOutcome(ctx context.Context, log *slog.Logger, tier string, err error
 	return "error: " + err.Error()
 }
 
-// exactOutcome records the exact lookup, with the generation it was keyed by.
-func (c *call) exactOutcome(outcome string) {
+// exactOutcome records the exact lookup, with the generation it was keyed by and, for
+// a hit, whether this replica's copy of the shared cache served it.
+func (c *call) exactOutcome(outcome string, fromCopy bool) {
 	if c.explain != nil {
 		c.explain.Cache.Exact = outcome
 	}
-	c.stage("exact_cache", outcome, attribute.Int64("quarry.generation", int64(c.gen)))
+	gen := attribute.Int64("quarry.generation", int64(c.gen))
+	if fromCopy {
+		c.stage("exact_cache", outcome, gen, attribute.Bool("quarry.cache.replica_copy", true))
+		return
+	}
+	c.stage("exact_cache", outcome, gen)
+}
+
+// copyStore is a store that says whether a hit came from this replica's copy of a
+// shared cache (cache.Near), which the routing trace shows: such a hit makes no Redis
+// call.
+type copyStore interface {
+	GetCopy(ctx context.Context, kb string, gen uint64, query string) (*cache.Entry, bool, error)
 }
 
 func (c *call) stored(ok bool) {
