@@ -694,12 +694,18 @@ func TestNearDuplicatesAreVerifiedAcrossReplicas(t *testing.T) {
 // fuzzyRejects sums quarry_gateway_fuzzy_rejects_total over its reasons, as /metrics
 // serves it.
 func fuzzyRejects(t *testing.T, tel *telemetry.Telemetry) int {
+	return metricSum(t, tel, "quarry_gateway_fuzzy_rejects_total", "")
+}
+
+// metricSum sums a counter over the series whose labels contain label, as /metrics
+// serves it.
+func metricSum(t *testing.T, tel *telemetry.Telemetry, name, label string) int {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	n := 0
 	for _, l := range strings.Split(rec.Body.String(), "\n") {
-		if rest, ok := strings.CutPrefix(l, "quarry_gateway_fuzzy_rejects_total{"); ok {
+		if rest, ok := strings.CutPrefix(l, name+"{"); ok && strings.Contains(rest, label) {
 			v, err := strconv.Atoi(rest[strings.LastIndexByte(rest, ' ')+1:])
 			if err != nil {
 				t.Fatalf("metrics line %q: %v", l, err)

@@ -368,7 +368,7 @@ func descends(byID map[trace.SpanID]tracetest.SpanStub, s tracetest.SpanStub, ro
 // the command text; asked again on the replica that stored it, its copy answers, with no
 // Redis span and the exact_cache event saying so.
 func TestRedisCommandsAreInTheQuerysTrace(t *testing.T) {
-	exp, _ := inMemoryTracing(t) // before the replicas: their Redis clients take the global provider as they start
+	exp, tel := inMemoryTracing(t) // before the replicas: their Redis clients take the global provider as they start
 	c := startRedisCluster(t)
 	askOn(t, c.a, jwtRotateQ)
 	for _, tc := range []struct {
@@ -381,7 +381,11 @@ func TestRedisCommandsAreInTheQuerysTrace(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			exp.Reset()
+			copyHits := metricSum(t, tel, "quarry_gateway_cache_near_lookups_total", `outcome="hit"`)
 			wantServed(t, askOn(t, tc.replica, jwtRotateQ), quarryv1.Tier_TIER_EXACT_CACHE, true)
+			if n := metricSum(t, tel, "quarry_gateway_cache_near_lookups_total", `outcome="hit"`) - copyHits; n != map[bool]int{true: 1, false: 0}[tc.copy] {
+				t.Errorf("quarry_gateway_cache_near_lookups_total{outcome=\"hit\"} rose by %d", n)
+			}
 			var root *tracetest.SpanStub
 			for deadline := time.Now().Add(5 * time.Second); root == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 				root = find(exp.GetSpans(), "quarry.v1.QueryService/Query", trace.SpanKindServer)
