@@ -22,6 +22,7 @@ import (
 	"github.com/quarry-router/quarry/platform/limit"
 	"github.com/quarry-router/quarry/platform/telemetry"
 	"github.com/quarry-router/quarry/services/search/kb"
+	"github.com/quarry-router/quarry/services/search/lexicon"
 	"github.com/quarry-router/quarry/services/search/resolve"
 	"github.com/quarry-router/quarry/services/search/server"
 	"google.golang.org/grpc"
@@ -115,6 +116,9 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	if err != nil {
 		return err
 	}
+
+	// While the knowledge bases load, not on the first query that needs it.
+	go lexicon.Warm()
 
 	// Knowledge bases first created by a sync get a folder beside the others.
 	cfg.Load.Write.NewRoot = cfg.KBRoot

@@ -42,6 +42,10 @@ var english = sync.OnceValue(func() map[string]struct{} {
 	return m
 })
 
+// Warm loads the English word list Common reads, which otherwise happens on first use
+// (~10–15 ms: it is gunzipped and put in a map) and would fall on a query.
+func Warm() { english() }
+
 // Common reports whether a lower-case word is an ordinary English word (by its stem).
 func Common(word string) bool {
 	_, ok := english()[text.Stem(word)]
