@@ -46,10 +46,12 @@ type Generations interface {
 type Router struct {
 	cfg   Config
 	store cache.Store
-	res   Resolver
-	agent Agent
-	gens  Generations
-	log   *slog.Logger
+	// copies is store when it can tell a hit from this replica's copy (cache.Near).
+	copies copyStore
+	res    Resolver
+	agent  Agent
+	gens   Generations
+	log    *slog.Logger
 
 	resolves group[resolved]
 	answers  group[answered]
@@ -65,7 +67,8 @@ func New(cfg Config, store cache.Store, res Resolver, agent Agent, gens Generati
 	// A flight's goroutine calls down through gRPC and its stats handlers; kept
 	// goroutines spare it growing a stack each time.
 	pool := workers.New()
-	return &Router{cfg: cfg, store: store, res: res, agent: agent, gens: gens, log: log, metrics: newInstruments(),
+	copies, _ := store.(copyStore)
+	return &Router{cfg: cfg, store: store, copies: copies, res: res, agent: agent, gens: gens, log: log, metrics: newInstruments(),
 		resolves: group[resolved]{pool: pool, linger: FlightLinger},
 		// An answer degraded by a failure is not cached so that the LLM is asked again;
 		// it does not linger either.
@@ -162,8 +165,8 @@ func (c *call) run(ctx context.Context, onDelta func(string)) (*quarryv1.QueryRe
 		err      error
 		fromCopy bool
 	)
-	if cs, ok := r.store.(copyStore); ok {
-		e, fromCopy, err = cs.GetCopy(ctx, c.kb, c.gen, c.norm)
+	if r.copies != nil {
+		e, fromCopy, err = r.copies.GetCopy(ctx, c.kb, c.gen, c.norm)
 	} else {
 		e, err = r.store.Get(ctx, c.kb, c.gen, c.norm)
 	}
