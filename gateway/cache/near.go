@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -72,14 +71,9 @@ var _ Store = (*Near)(nil)
 // (Entry.Size plus bookkeeping), the least recently used going first. cfg.TTL must be
 // the TTL far stores entries with.
 func NewNear(far Store, cfg Config, maxBytes int, now func() time.Time) *Near {
-	n := &Near{far: far, ttl: cfg.TTL, maxBytes: maxBytes, now: now, items: make(map[nearKey]*list.Element)}
-	c, err := otel.Meter("github.com/quarry-router/quarry/gateway/cache").Int64Counter(
-		"quarry.gateway.cache.near.lookups",
-		metric.WithDescription("exact-cache lookups in the gateway's in-process copy of the shared cache; a miss goes on to Redis"),
-		metric.WithUnit("{lookup}"))
-	if err == nil {
-		n.counter = c
-	}
+	n := &Near{far: far, ttl: cfg.TTL, maxBytes: maxBytes, now: now, items: make(map[nearKey]*list.Element),
+		counter: newCounter("quarry.gateway.cache.near.lookups",
+			"exact-cache lookups in the gateway's in-process copy of the shared cache; a miss goes on to Redis", "{lookup}")}
 	n.hitAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "hit")))
 	n.missAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "miss")))
 	return n

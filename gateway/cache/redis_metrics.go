@@ -43,14 +43,8 @@ type redisMetrics struct {
 }
 
 func newRedisMetrics() *redisMetrics {
-	m := &redisMetrics{}
-	c, err := otel.Meter("github.com/quarry-router/quarry/gateway/cache").Int64Counter(
-		"quarry.gateway.cache.redis.calls",
-		metric.WithDescription("Redis cache calls by operation and outcome; error and skipped calls were answered uncached"),
-		metric.WithUnit("{call}"))
-	if err == nil {
-		m.counter = c
-	}
+	m := &redisMetrics{counter: newCounter("quarry.gateway.cache.redis.calls",
+		"Redis cache calls by operation and outcome; error and skipped calls were answered uncached", "{call}")}
 	for o := range numOps {
 		for r := range numOutcomes {
 			m.attrs[o][r] = metric.WithAttributeSet(attribute.NewSet(
@@ -58,6 +52,18 @@ func newRedisMetrics() *redisMetrics {
 		}
 	}
 	return m
+}
+
+// newCounter returns one of the package's OpenTelemetry counters (a no-op until
+// telemetry is set up), or nil when the meter refuses it: the counts kept in memory
+// for Stats go on without it.
+func newCounter(name, description, unit string) metric.Int64Counter {
+	c, err := otel.Meter("github.com/quarry-router/quarry/gateway/cache").Int64Counter(name,
+		metric.WithDescription(description), metric.WithUnit(unit))
+	if err != nil {
+		return nil
+	}
+	return c
 }
 
 func (m *redisMetrics) add(ctx context.Context, op, outcome int) {
