@@ -44,9 +44,10 @@ var (
 	// A p99 ratio is a noisy figure on a shared 2-core machine: over 20 rounds of 300
 	// calls its 95 % interval spans ±12 points, over 100 about ±6 (and 100 rounds take
 	// some 90 s).
-	traceRounds  = flag.Int("trace-rounds", 100, "BenchmarkTracingOverhead: rounds, each measuring tracing off and on (b.N iterations each)")
-	traceRatio   = flag.Float64("trace-sample-ratio", 1, "BenchmarkTracingOverhead: sample this share of new traces (parentbased_traceidratio) instead of all of them; the bar is on 1")
-	traceProfile = flag.String("trace-cpuprofile", "", "BenchmarkTracingOverhead: write a CPU profile of each measured round to PREFIX-on-R.pprof / PREFIX-off-R.pprof")
+	traceRounds   = flag.Int("trace-rounds", 100, "BenchmarkTracingOverhead: rounds, each measuring tracing off and on (b.N iterations each)")
+	traceRatio    = flag.Float64("trace-sample-ratio", 1, "BenchmarkTracingOverhead: sample this share of new traces (parentbased_traceidratio) instead of all of them; the bar is on 1")
+	traceProtocol = flag.String("trace-protocol", "grpc", "BenchmarkTracingOverhead: the OTLP protocol spans are exported with, grpc or http/protobuf")
+	traceProfile  = flag.String("trace-cpuprofile", "", "BenchmarkTracingOverhead: write a CPU profile of each measured round to PREFIX-on-R.pprof / PREFIX-off-R.pprof")
 )
 
 // BenchmarkTracingOverhead measures T0 and T2 with tracing off and on (every span
@@ -89,7 +90,15 @@ func BenchmarkTracingOverhead(b *testing.B) {
 		return
 	}
 	col := startCollectorProcess(b)
-	b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.endpoint)
+	switch *traceProtocol {
+	case "grpc":
+		b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.endpoint)
+	case "http/protobuf":
+		b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.httpEndpoint)
+	default:
+		b.Fatalf("-trace-protocol %q: want grpc or http/protobuf", *traceProtocol)
+	}
+	b.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", *traceProtocol)
 	b.Setenv("OTEL_METRICS_EXPORTER", "none")                // Prometheus metrics stay on in both modes
 	b.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on") // the default, whatever the shell says
 	if *traceRatio < 0 || *traceRatio > 1 {
@@ -376,9 +385,13 @@ func printTracingOverhead(b *testing.B, col *collectorProcess, inProcess bool, o
 	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}}
 	metrics.Read(gogc)
 	topology += fmt.Sprintf(", GOGC %d", gogc[0].Value.Uint64())
-	fmt.Printf("tracing overhead, %s: %d rounds × %d iterations per mode; %d spans exported in %d OTLP requests (%.1f spans per iteration on);"+
+	protocol := "grpc"
+	if inProcess {
+		protocol = *traceProtocol // the processes' benchmark exports over gRPC
+	}
+	fmt.Printf("tracing overhead, %s: %d rounds × %d iterations per mode; %d spans exported in %d OTLP requests over %s (%.1f spans per iteration on);"+
 		" the collector process counting them used %.1f µs of CPU per iteration on\n",
-		topology, *traceRounds, b.N, total, exports, float64(total)/float64(onIterations), us(col.cpu()-collectorCPU)/float64(onIterations))
+		topology, *traceRounds, b.N, total, exports, protocol, float64(total)/float64(onIterations), us(col.cpu()-collectorCPU)/float64(onIterations))
 	for _, m := range []struct {
 		name string
 		get  func(sample) []time.Duration
@@ -451,10 +464,11 @@ func punctuation(n int) string {
 // collectorProcess is an OTLP collector in a child process, asked for its span counts
 // over the child's stdin and stdout.
 type collectorProcess struct {
-	endpoint string
-	pid      int
-	in       io.Writer
-	out      *bufio.Scanner
+	endpoint     string // OTLP/gRPC
+	httpEndpoint string // OTLP/HTTP
+	pid          int
+	in           io.Writer
+	out          *bufio.Scanner
 }
 
 // cpu is the CPU time the collector process has used.
@@ -503,7 +517,7 @@ func startCollectorProcess(b *testing.B) *collectorProcess {
 	c := &collectorProcess{pid: cmd.Process.Pid, in: in, out: bufio.NewScanner(out)}
 	for c.out.Scan() {
 		if e, ok := strings.CutPrefix(c.out.Text(), "endpoint "); ok {
-			c.endpoint = e
+			c.endpoint, c.httpEndpoint, _ = strings.Cut(e, " ")
 			return c
 		}
 	}
@@ -531,7 +545,7 @@ func TestOTLPCollectorProcess(t *testing.T) {
 		t.Skip("the benchmark's child process")
 	}
 	col := otlptest.StartCounting(t)
-	fmt.Println("endpoint", col.Endpoint())
+	fmt.Println("endpoint", col.Endpoint(), col.HTTPEndpoint())
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		total, named := col.Count(sc.Text())

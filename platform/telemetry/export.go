@@ -7,6 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
@@ -22,12 +23,12 @@ import (
 // straight from the spans into a buffer kept between exports (spanEncoder); what the
 // collector receives is the same (TestOTLPExporterSendsWhatOtlptraceSends). The
 // transport, with its OTEL_EXPORTER_OTLP_* configuration, retries and TLS, is
-// otlptrace's own client. One thing it cannot see: the client's experimental
+// otlptrace's own client, gRPC's or HTTP's. One thing it cannot see: the client's experimental
 // self-observability metrics (OTEL_GO_X_OBSERVABILITY) count the spans it is handed as
 // typed messages, and count none here.
 type otlpExporter struct {
 	client otlptrace.Client
-	codec  *requestCodec
+	codec  *requestCodec // the gRPC connection's; nil over HTTP
 
 	uploadMu sync.Mutex // one request at a time: they share the codec's buffer
 
@@ -35,16 +36,27 @@ type otlpExporter struct {
 	enc   spanEncoder
 }
 
-// newOTLPExporter starts an exporter on otlptracegrpc's client, configured by opts and
-// the OTEL_EXPORTER_OTLP_* environment.
-func newOTLPExporter(ctx context.Context, opts ...otlptracegrpc.Option) (*otlpExporter, error) {
-	codec := &requestCodec{}
-	opts = append(opts, otlptracegrpc.WithDialOption(grpc.WithDefaultCallOptions(grpc.ForceCodecV2(codec))))
-	client := otlptracegrpc.NewClient(opts...)
-	if err := client.Start(ctx); err != nil {
-		return nil, fmt.Errorf("otlp traces: %w", err)
+// newOTLPExporter starts an exporter on otlptrace's client for protocol (protocolGRPC
+// or protocolHTTP), configured by the OTEL_EXPORTER_OTLP_* environment; grpcOpts go to
+// the gRPC client.
+func newOTLPExporter(ctx context.Context, protocol string, grpcOpts ...otlptracegrpc.Option) (*otlpExporter, error) {
+	e := &otlpExporter{}
+	switch protocol {
+	case protocolGRPC:
+		e.codec = &requestCodec{}
+		grpcOpts = append(grpcOpts, otlptracegrpc.WithDialOption(grpc.WithDefaultCallOptions(grpc.ForceCodecV2(e.codec))))
+		e.client = otlptracegrpc.NewClient(grpcOpts...)
+	case protocolHTTP:
+		// It marshals each request into a buffer of its own before sending it, so the
+		// encoder's memory is free again when UploadTraces returns, as with the codec.
+		e.client = otlptracehttp.NewClient()
+	default:
+		return nil, fmt.Errorf("otlp traces: unknown protocol %q", protocol)
 	}
-	return &otlpExporter{client: client, codec: codec}, nil
+	if err := e.client.Start(ctx); err != nil {
+		return nil, fmt.Errorf("otlp traces (%s): %w", protocol, err)
+	}
+	return e, nil
 }
 
 // ExportSpans sends spans in one request. (The batcher does not call it: it encodes
@@ -66,7 +78,9 @@ func (e *otlpExporter) upload(ctx context.Context, rs []*tracepb.ResourceSpans) 
 	if err := e.client.UploadTraces(ctx, rs); err != nil {
 		return fmt.Errorf("traces export: %w", err)
 	}
-	e.codec.reuse()
+	if e.codec != nil {
+		e.codec.reuse()
+	}
 	return nil
 }
 

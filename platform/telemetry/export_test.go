@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -38,9 +39,19 @@ func otlptraceExporter(t testing.TB, endpoint string) sdktrace.SpanExporter {
 	return exp
 }
 
+func otlptraceHTTPExporter(t testing.TB, endpoint string) sdktrace.SpanExporter {
+	t.Helper()
+	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(endpoint+"/v1/traces"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { exp.Shutdown(context.Background()) })
+	return exp
+}
+
 func quarryExporter(t testing.TB, endpoint string) sdktrace.SpanExporter {
 	t.Helper()
-	exp, err := newOTLPExporter(context.Background(), otlptracegrpc.WithEndpoint(strings.TrimPrefix(endpoint, "http://")), otlptracegrpc.WithInsecure())
+	exp, err := newOTLPExporter(context.Background(), protocolGRPC, otlptracegrpc.WithEndpoint(strings.TrimPrefix(endpoint, "http://")), otlptracegrpc.WithInsecure())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,12 +136,34 @@ func testSpans(n int) []sdktrace.ReadOnlySpan {
 }
 
 // TestOTLPExporterSendsWhatOtlptraceSends: for the same spans, the collector receives
-// the same request from Quarry's exporter as from the stock one, also when the
-// exporter's memory is reused by later, smaller or differently shaped batches.
+// the same request from Quarry's exporter as from the stock one, over either protocol,
+// also when the exporter's memory is reused by later, smaller or differently shaped
+// batches.
 func TestOTLPExporterSendsWhatOtlptraceSends(t *testing.T) {
+	for _, protocol := range []string{protocolGRPC, protocolHTTP} {
+		t.Run(protocol, func(t *testing.T) {
+			stockCol, ourCol := otlptest.Start(t), otlptest.Start(t)
+			var stock, ours sdktrace.SpanExporter
+			if protocol == protocolGRPC {
+				stock, ours = otlptraceExporter(t, stockCol.Endpoint()), quarryExporter(t, ourCol.Endpoint())
+			} else {
+				stock = otlptraceHTTPExporter(t, stockCol.HTTPEndpoint())
+				// As a deployment configures it: the exporter adds /v1/traces.
+				t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", ourCol.HTTPEndpoint())
+				exp, err := newOTLPExporter(context.Background(), protocolHTTP)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { exp.Shutdown(context.Background()) })
+				ours = exp
+			}
+			exportsTheSame(t, stockCol, ourCol, stock, ours)
+		})
+	}
+}
+
+func exportsTheSame(t *testing.T, stockCol, ourCol *otlptest.Collector, stock, ours sdktrace.SpanExporter) {
 	ctx := context.Background()
-	stockCol, ourCol := otlptest.Start(t), otlptest.Start(t)
-	stock, ours := otlptraceExporter(t, stockCol.Endpoint()), quarryExporter(t, ourCol.Endpoint())
 	all := testSpans(40)
 	batches := [][]sdktrace.ReadOnlySpan{all, all[:3], all[7:8], all[1:], testSpans(300), all[2:5], nil}
 	for i, batch := range batches {

@@ -7,7 +7,8 @@
 // sampler follows OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (default parent-based
 // always-on; a value the SDK would silently replace stops Setup), the resource
 // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES. Metrics go to a Prometheus registry
-// served by Handler, and over OTLP as well when OTLP is configured.
+// served by Handler, and over OTLP as well when OTLP is configured. OTLP goes over gRPC
+// unless OTEL_EXPORTER_OTLP_PROTOCOL (or its _TRACES_/_METRICS_ form) says http/protobuf.
 package telemetry
 
 import (
@@ -26,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/propagation"
@@ -72,6 +74,14 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		return nil, fmt.Errorf("telemetry resource: %w", err)
 	}
 	t := &Telemetry{registry: prometheus.NewRegistry()}
+	// Checked before anything starts, so a refused setting leaves nothing running.
+	otlpMetrics := otlpConfigured(getenv) && getenv("OTEL_METRICS_EXPORTER") != "none"
+	metricsProtocol := ""
+	if otlpMetrics {
+		if metricsProtocol, err = otlpProtocol(getenv, "METRICS"); err != nil {
+			return nil, fmt.Errorf("telemetry: %w", err)
+		}
+	}
 
 	exp := cfg.SpanExporter
 	if exp == nil {
@@ -102,10 +112,15 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		return nil, fmt.Errorf("telemetry prometheus: %w", err)
 	}
 	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(prom)}
-	if otlpConfigured(getenv) && getenv("OTEL_METRICS_EXPORTER") != "none" {
-		mexp, err := otlpmetricgrpc.New(ctx)
+	if otlpMetrics {
+		var mexp sdkmetric.Exporter
+		if metricsProtocol == protocolHTTP {
+			mexp, err = otlpmetrichttp.New(ctx)
+		} else {
+			mexp, err = otlpmetricgrpc.New(ctx)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("telemetry otlp metrics: %w", err)
+			return nil, fmt.Errorf("telemetry otlp metrics (%s): %w", metricsProtocol, err)
 		}
 		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp)))
 	}
@@ -124,6 +139,38 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	return t, nil
 }
 
+// The OTLP transports, as OTEL_EXPORTER_OTLP_PROTOCOL names them.
+const (
+	protocolGRPC = "grpc"
+	protocolHTTP = "http/protobuf"
+)
+
+// otlpProtocol is the OTLP transport for signal (TRACES or METRICS):
+// OTEL_EXPORTER_OTLP_<signal>_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL, else grpc.
+// The specification's default is http/protobuf, but the Go SDK leaves the choice to the
+// program, and Quarry's compose file and manifests send to port 4317: a deployment that
+// set only an endpoint keeps working. http/json is refused, not ignored: the Go SDK has
+// no JSON exporter, and sending protobuf where JSON was asked for would fail at every
+// export instead of at the start.
+func otlpProtocol(getenv func(string) string, signal string) (string, error) {
+	name := "OTEL_EXPORTER_OTLP_" + signal + "_PROTOCOL"
+	p := strings.TrimSpace(getenv(name))
+	if p == "" {
+		name = "OTEL_EXPORTER_OTLP_PROTOCOL"
+		p = strings.TrimSpace(getenv(name))
+	}
+	switch p {
+	case "", protocolGRPC:
+		return protocolGRPC, nil
+	case protocolHTTP:
+		return protocolHTTP, nil
+	case "http/json":
+		return "", fmt.Errorf("%s=http/json: not supported (the Go SDK exports binary protobuf only); use grpc or http/protobuf", name)
+	default:
+		return "", fmt.Errorf("%s=%q: want grpc or http/protobuf", name, p)
+	}
+}
+
 func otlpConfigured(getenv func(string) string) bool {
 	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
@@ -139,7 +186,11 @@ func spanExporter(ctx context.Context, getenv func(string) string) (sdktrace.Spa
 	case "", "none":
 		return nil, nil
 	case "otlp":
-		exp, err := newOTLPExporter(ctx)
+		protocol, err := otlpProtocol(getenv, "TRACES")
+		if err != nil {
+			return nil, fmt.Errorf("telemetry: %w", err)
+		}
+		exp, err := newOTLPExporter(ctx, protocol)
 		if err != nil {
 			return nil, fmt.Errorf("telemetry: %w", err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/quarry-router/quarry/platform/telemetry/otlptest"
 	"go.opentelemetry.io/otel"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -32,6 +33,12 @@ func TestExporterFromEnvironment(t *testing.T) {
 		{"console is on", map[string]string{"OTEL_TRACES_EXPORTER": "console"}, true, false},
 		{"an OTLP endpoint turns OTLP on", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_METRICS_EXPORTER": "none"}, true, false},
 		{"an unknown exporter is an error", map[string]string{"OTEL_TRACES_EXPORTER": "zipkin-v0"}, false, true},
+		{"OTLP over HTTP", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_METRICS_EXPORTER": "none"}, true, false},
+		{"OTLP over gRPC, said", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": " grpc ", "OTEL_METRICS_EXPORTER": "none"}, true, false},
+		{"JSON is refused, not ignored", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, false, true},
+		{"an unknown protocol is an error", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "udp"}, false, true},
+		{"the traces protocol is the one that counts for traces", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "thrift", "OTEL_METRICS_EXPORTER": "none"}, false, true},
+		{"the metrics protocol is checked too", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/json"}, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -168,26 +175,49 @@ func TestTracingOffCostsNoSpans(t *testing.T) {
 }
 
 // TestOTLPEndpointExportsSpans configures OTLP the way a deployment does, through
-// OTEL_EXPORTER_OTLP_ENDPOINT, and checks that a span reaches a collector over gRPC
-// under the service's name.
+// OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_EXPORTER_OTLP_PROTOCOL, and checks that a span
+// and a metric reach a collector over each protocol, under the service's name.
 func TestOTLPEndpointExportsSpans(t *testing.T) {
-	col := otlptest.Start(t)
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.Endpoint())
-	t.Setenv("OTEL_METRICS_EXPORTER", "none")
-	t.Setenv("OTEL_SERVICE_NAME", "")
-	tel, err := Setup(context.Background(), Config{Service: "quarry-test"})
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		protocol string // "" leaves OTEL_EXPORTER_OTLP_PROTOCOL unset: gRPC
+		endpoint func(*otlptest.Collector) string
+	}{
+		{"", (*otlptest.Collector).Endpoint},
+		{"grpc", (*otlptest.Collector).Endpoint},
+		{"http/protobuf", (*otlptest.Collector).HTTPEndpoint},
 	}
-	defer otel.SetTracerProvider(noop.NewTracerProvider())
-	_, span := otel.Tracer("test").Start(context.Background(), "op")
-	span.End()
-	// Shutdown flushes the batch: the span is at the collector when it returns.
-	if err := tel.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	spans := col.Spans()
-	if len(spans) != 1 || spans[0].Name != "op" || spans[0].Service != "quarry-test" || spans[0].TraceID != span.SpanContext().TraceID() {
-		t.Fatalf("collector received %+v, want the one span op of service quarry-test", spans)
+	for _, tt := range tests {
+		t.Run("protocol="+tt.protocol, func(t *testing.T) {
+			col := otlptest.Start(t)
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", tt.endpoint(col))
+			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", tt.protocol)
+			t.Setenv("OTEL_METRICS_EXPORTER", "")
+			t.Setenv("OTEL_SERVICE_NAME", "")
+			tel, err := Setup(context.Background(), Config{Service: "quarry-test"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer otel.SetTracerProvider(noop.NewTracerProvider())
+			defer otel.SetMeterProvider(metricnoop.NewMeterProvider())
+			_, span := otel.Tracer("test").Start(context.Background(), "op")
+			span.End()
+			calls, err := otel.Meter("test").Int64Counter("quarry.test.calls")
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls.Add(context.Background(), 1)
+			// Shutdown flushes the batch and the metrics: both are at the collector
+			// when it returns.
+			if err := tel.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			spans := col.Spans()
+			if len(spans) != 1 || spans[0].Name != "op" || spans[0].Service != "quarry-test" || spans[0].TraceID != span.SpanContext().TraceID() {
+				t.Fatalf("collector received %+v, want the one span op of service quarry-test", spans)
+			}
+			if got := col.Metrics(); got["quarry.test.calls"] == 0 {
+				t.Errorf("collector received metrics %v, want quarry.test.calls among them", got)
+			}
+		})
 	}
 }

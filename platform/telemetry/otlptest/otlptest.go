@@ -1,5 +1,6 @@
-// Package otlptest is an OTLP/gRPC trace collector for tests and benchmarks. It listens
-// on loopback and takes what an OTLP exporter sends over the real protocol, so a test
+// Package otlptest is an OTLP trace collector for tests and benchmarks. It listens on
+// loopback for OTLP/gRPC and OTLP/HTTP (binary protobuf) and takes what an OTLP exporter
+// sends over the real protocol, so a test
 // sees the spans as a collector (Jaeger, the OpenTelemetry Collector) would: batched,
 // encoded and sent by the exporter, with the resource's service name.
 package otlptest
@@ -8,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,12 +37,14 @@ type Span struct {
 // Collector receives spans until the test ends.
 type Collector struct {
 	coltracepb.UnimplementedTraceServiceServer
-	addr string
+	addr, httpAddr string
+	keep           bool // decode and keep requests, or only count their spans
 
 	mu       sync.Mutex
 	requests []*coltracepb.ExportTraceServiceRequest
 	spans    []Span
 	byName   map[string]*int // pointers, so that counting a name held as bytes allocates no key
+	metrics  map[string]int  // metric name → requests that carried it
 	total    int
 	exports  int
 }
@@ -62,24 +66,27 @@ func start(tb testing.TB, keep bool) *Collector {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	c := &Collector{addr: lis.Addr().String(), byName: map[string]*int{}}
+	c := &Collector{addr: lis.Addr().String(), keep: keep, byName: map[string]*int{}, metrics: map[string]int{}}
+	mux := http.NewServeMux()
 	// A plain server: one instrumented with otelgrpc would trace its own exports.
 	var srv *grpc.Server
 	if keep {
 		// Export decodes each request and keeps it and its spans.
 		srv = grpc.NewServer()
 		coltracepb.RegisterTraceServiceServer(srv, c)
+		metricsService{c: c}.register(srv, mux)
 	} else {
 		// exportWire counts from the bytes.
 		srv = grpc.NewServer(grpc.ForceServerCodecV2(wireCodec{}), grpc.UnknownServiceHandler(c.exportWire))
 	}
 	go srv.Serve(lis)
 	tb.Cleanup(srv.Stop)
+	c.serveHTTP(tb, mux)
 	return c
 }
 
-// Endpoint is the URL to put in OTEL_EXPORTER_OTLP_ENDPOINT; its http scheme makes the
-// exporter connect without TLS.
+// Endpoint is the OTLP/gRPC URL to put in OTEL_EXPORTER_OTLP_ENDPOINT; its http scheme
+// makes the exporter connect without TLS.
 func (c *Collector) Endpoint() string { return "http://" + c.addr }
 
 // Export implements the OTLP trace service.
@@ -153,6 +160,7 @@ func (c *Collector) Reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.requests, c.spans, c.byName, c.total, c.exports = nil, nil, map[string]*int{}, 0, 0
+	c.metrics = map[string]int{}
 }
 
 func value(v *commonpb.AnyValue) string {

@@ -21,14 +21,9 @@ func (c *Collector) exportWire(_ any, stream grpc.ServerStream) error {
 	if err := stream.RecvMsg(&req); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	spans, err := scanSpanNames(req, c.countName)
-	if err != nil {
-		return status.Errorf(codes.InvalidArgument, "otlptest: malformed ExportTraceServiceRequest: %v", err)
+	if err := c.take(stream.Context(), req); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
-	c.exports++
-	c.total += spans
 	return stream.SendMsg(&wireMessage{}) // an empty ExportTraceServiceResponse
 }
 
