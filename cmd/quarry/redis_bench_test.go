@@ -38,7 +38,7 @@ const (
 
 type redisBenchEnv struct {
 	base   *benchEnv
-	client *redis.Client // the benchmark's own connection, for the baseline GET
+	client redis.UniversalClient // the benchmark's own connection, for the baseline GET
 	store  *cache.Redis
 	a, b   quarryv1.QueryServiceClient
 	// c is a third replica whose search service is a stub that only streams the

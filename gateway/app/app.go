@@ -190,7 +190,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 				store = cache.NewNear(store, cfg.Cache, cfg.Redis.NearBytes, time.Now)
 			}
 		}
-		shared = generations.NewShared(client, cfg.Redis.KeyPrefix, log.With("component", "generations"))
+		shared = generations.NewShared(client, cfg.Redis.Prefix(), log.With("component", "generations"))
 		gens = generations.Combined{Local: watcher, Shared: shared}
 	}
 	if store == nil {

@@ -13,6 +13,7 @@ import (
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -178,6 +179,47 @@ func TestRedisBackendIsSharedAndFailsOpen(t *testing.T) {
 	ask(c, quarryv1.Tier_TIER_DIRECT)
 }
 
+// TestRedisClusterBackendIsShared: two gateways on a three-node Redis Cluster, given
+// the nodes as -redis-addr, share answers; every key Quarry wrote is in the one slot of
+// the prefix's hash tag.
+func TestRedisClusterBackendIsShared(t *testing.T) {
+	search := startSearch(t)
+	cl := redistest.StartCluster(t, 3)
+	args := []string{"-listen", "127.0.0.1:0", "-search-addr", search, "-cache-backend", "redis",
+		"-redis-cluster", "-redis-addr", cl.Addrs(), "-redis-timeout", "1s", "-redis-near-bytes", "0"}
+	a, b := startGateway(t, args...), startGateway(t, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		c    quarryv1.QueryServiceClient
+		want quarryv1.Tier
+	}{{a, quarryv1.Tier_TIER_DIRECT}, {b, quarryv1.Tier_TIER_EXACT_CACHE}, {a, quarryv1.Tier_TIER_EXACT_CACHE}} {
+		resp, err := tc.c.Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "rotate keys"})
+		if err != nil || resp.GetTier() != tc.want {
+			t.Fatalf("Query: %v, %v; want tier %v", resp, err, tc.want)
+		}
+	}
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(cl.Addrs(), ","), Protocol: 2, DisableIdentity: true})
+	defer client.Close()
+	var keys []string
+	err := client.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		k, err := node.Keys(ctx, "*").Result()
+		keys = append(keys, k...)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) < 3 { // an entry, its postings, the LRU index, the generations
+		t.Fatalf("keys in the cluster: %q", keys)
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "{quarry:}") {
+			t.Errorf("key %q is outside the prefix's hash tag {quarry:}", k)
+		}
+	}
+}
+
 func TestRedisCopiesAnswerARepeatedQuestionOnTheReplica(t *testing.T) {
 	search := startSearch(t)
 	for _, tc := range []struct {
@@ -225,6 +267,8 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{"a zero Redis call timeout", []string{"-cache-backend", "redis"}, [2]string{"QUARRY_GATEWAY_REDIS_TIMEOUT", "0s"}, "-redis-timeout"},
 		{"a CA file without TLS", []string{"-cache-backend", "redis", "-redis-tls-ca", "ca.pem"}, [2]string{}, "-redis-tls-ca"},
 		{"a negative size for the Redis copies", []string{"-cache-backend", "redis"}, [2]string{"QUARRY_GATEWAY_REDIS_NEAR_BYTES", "-1"}, "-redis-near-bytes"},
+		{"several Redis servers without -redis-cluster", []string{"-cache-backend", "redis", "-redis-addr", "a:6379,b:6379"}, [2]string{}, "-redis-addr"},
+		{"a database other than 0 in a cluster", []string{"-cache-backend", "redis", "-redis-cluster", "-redis-addr", "a:6379,b:6379", "-redis-db", "1"}, [2]string{}, "-redis-db"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

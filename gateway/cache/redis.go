@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,8 +22,13 @@ import (
 // RedisConfig says how to reach the Redis server that holds the cache every gateway
 // replica shares, and how long to wait for it.
 type RedisConfig struct {
-	// Addr is the server's host:port.
+	// Addr is the server's host:port; with Cluster, a comma-separated list of nodes to
+	// learn the cluster's layout from.
 	Addr string
+	// Cluster talks to a Redis Cluster. Every key Quarry uses then carries one hash tag
+	// (Prefix), so that each script's keys are in one slot, as Redis Cluster requires:
+	// the cache lives on the one shard that slot belongs to (and its replicas).
+	Cluster bool
 	// DB is the logical database to select.
 	DB int
 	// Username and Password authenticate (ACL user, or requirepass with no user).
@@ -56,7 +62,8 @@ type RedisConfig struct {
 
 // RegisterFlags registers the Redis flags with their defaults.
 func (c *RedisConfig) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Addr, "redis-addr", "127.0.0.1:6379", "Redis host:port (with -cache-backend redis)")
+	fs.StringVar(&c.Addr, "redis-addr", "127.0.0.1:6379", "Redis host:port (with -cache-backend redis); with -redis-cluster, comma-separated cluster nodes")
+	fs.BoolVar(&c.Cluster, "redis-cluster", false, "Redis is a Redis Cluster: every key gets one hash tag, so all of them are in one slot")
 	fs.IntVar(&c.DB, "redis-db", 0, "Redis logical database")
 	fs.StringVar(&c.Username, "redis-username", "", "Redis ACL user name (empty: default user)")
 	fs.StringVar(&c.Password, "redis-password", "", "Redis password (prefer the environment variable QUARRY_GATEWAY_REDIS_PASSWORD)")
@@ -74,10 +81,17 @@ func (c *RedisConfig) RegisterFlags(fs *flag.FlagSet) {
 
 // Validate rejects settings the Redis client cannot use, naming the flag.
 func (c *RedisConfig) Validate() error {
-	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
-		return fmt.Errorf("-redis-addr %q: want host:port: %w", c.Addr, err)
+	addrs := c.addrs()
+	for _, a := range addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("-redis-addr %q: want host:port: %w", a, err)
+		}
 	}
 	switch {
+	case len(addrs) > 1 && !c.Cluster:
+		return fmt.Errorf("-redis-addr lists %d servers: a list is for -redis-cluster; one server takes one host:port", len(addrs))
+	case c.Cluster && c.DB != 0:
+		return fmt.Errorf("-redis-db %d: Redis Cluster has database 0 only", c.DB)
 	case c.DB < 0:
 		return fmt.Errorf("-redis-db must not be negative, got %d", c.DB)
 	case c.PoolSize < 1:
@@ -100,6 +114,42 @@ func (c *RedisConfig) Validate() error {
 	return nil
 }
 
+// addrs are the servers -redis-addr names.
+func (c *RedisConfig) addrs() []string {
+	var out []string
+	for a := range strings.SplitSeq(c.Addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	if len(out) == 0 {
+		return []string{c.Addr} // reported by Validate as not host:port
+	}
+	return out
+}
+
+// Prefix is what every key and channel name starts with: KeyPrefix, and in a cluster
+// KeyPrefix made a hash tag ("quarry:" becomes "{quarry:}") unless it holds one already.
+// Redis Cluster hashes only the tag of a key that has one, so every key shares a slot,
+// and the scripts, which each touch several keys (an entry, its postings, the LRU
+// index), run on one node as Redis Cluster requires.
+func (c *RedisConfig) Prefix() string {
+	if !c.Cluster || hasHashTag(c.KeyPrefix) {
+		return c.KeyPrefix
+	}
+	return "{" + c.KeyPrefix + "}"
+}
+
+// hasHashTag reports whether Redis Cluster would hash only part of key: a "{" followed,
+// later, by a "}" with at least one byte between them.
+func hasHashTag(key string) bool {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return false
+	}
+	return strings.IndexByte(key[i+1:], '}') > 0
+}
+
 // DefaultRedisConfig returns the flag defaults.
 func DefaultRedisConfig() RedisConfig {
 	var c RedisConfig
@@ -107,9 +157,10 @@ func DefaultRedisConfig() RedisConfig {
 	return c
 }
 
-// NewClient returns a client for c. It does not connect: connections are made on first
-// use and remade by the client whenever Redis comes back after an outage.
-func (c *RedisConfig) NewClient() (*redis.Client, error) {
+// NewClient returns a client for c: of a Redis Cluster with Cluster, of one server
+// otherwise. It does not connect: connections are made on first use and remade by the
+// client whenever Redis comes back after an outage.
+func (c *RedisConfig) NewClient() (redis.UniversalClient, error) {
 	opt := &redis.Options{
 		Addr:        c.Addr,
 		DB:          c.DB,
@@ -134,8 +185,12 @@ func (c *RedisConfig) NewClient() (*redis.Client, error) {
 		DisableIdentity: true,
 	}
 	if c.TLS {
-		host, _, _ := net.SplitHostPort(c.Addr)
-		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host}
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if !c.Cluster {
+			// A cluster's nodes each have their own name: left empty, the TLS dial takes
+			// it from the address of the node being dialled.
+			tc.ServerName, _, _ = net.SplitHostPort(c.Addr)
+		}
 		if c.TLSCAFile != "" {
 			pem, err := os.ReadFile(c.TLSCAFile)
 			if err != nil {
@@ -149,12 +204,41 @@ func (c *RedisConfig) NewClient() (*redis.Client, error) {
 		}
 		opt.TLSConfig = tc
 	}
-	client := redis.NewClient(opt)
+	var client redis.UniversalClient
+	if c.Cluster {
+		client = redis.NewClusterClient(clusterOptions(opt, c.addrs()))
+	} else {
+		client = redis.NewClient(opt)
+	}
 	if err := traceCommands(client); err != nil {
 		client.Close()
 		return nil, err
 	}
 	return client, nil
+}
+
+// clusterOptions are opt's settings for a cluster client that starts from addrs.
+func clusterOptions(opt *redis.Options, addrs []string) *redis.ClusterOptions {
+	return &redis.ClusterOptions{
+		Addrs:                 addrs,
+		Username:              opt.Username,
+		Password:              opt.Password,
+		PoolSize:              opt.PoolSize,
+		DialTimeout:           opt.DialTimeout,
+		DialerRetries:         opt.DialerRetries,
+		ReadTimeout:           opt.ReadTimeout,
+		WriteTimeout:          opt.WriteTimeout,
+		ContextTimeoutEnabled: opt.ContextTimeoutEnabled,
+		MaxRetries:            opt.MaxRetries,
+		MinRetryBackoff:       opt.MinRetryBackoff,
+		MaxRetryBackoff:       opt.MaxRetryBackoff,
+		Protocol:              opt.Protocol,
+		DisableIdentity:       opt.DisableIdentity,
+		TLSConfig:             opt.TLSConfig,
+		// A slot that moved (resharding, a failover) is followed to its new node at
+		// once; the per-call deadline bounds the whole chase.
+		MaxRedirects: 3,
+	}
 }
 
 // maxRawKeyPart is the longest query or token used verbatim in a key; longer ones are
@@ -207,9 +291,9 @@ func NewRedis(client redis.UniversalClient, cfg Config, rcfg RedisConfig, now fu
 		cfg:     cfg,
 		timeout: rcfg.Timeout,
 		scan:    rcfg.PostingScan,
-		prefix:  rcfg.KeyPrefix,
-		lruKey:  rcfg.KeyPrefix + "lru",
-		seqKey:  rcfg.KeyPrefix + "seq",
+		prefix:  rcfg.Prefix(),
+		lruKey:  rcfg.Prefix() + "lru",
+		seqKey:  rcfg.Prefix() + "seq",
 		now:     now,
 		br: newBreaker(rcfg.BreakerFailures, rcfg.BreakerCooldown,
 			func(ctx context.Context) error { return client.Ping(ctx).Err() }, log),

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func filledRedis(b *testing.B, c *benchCorpus) (*cache.Redis, *redis.Client) {
+func filledRedis(b *testing.B, c *benchCorpus) (*cache.Redis, redis.UniversalClient) {
 	srv := redistest.Start(b)
 	rc := cache.DefaultRedisConfig()
 	rc.Addr, rc.Timeout = srv.Addr, time.Second

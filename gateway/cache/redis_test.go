@@ -29,7 +29,7 @@ func testRedisConfig(addr, prefix string) cache.RedisConfig {
 	return rc
 }
 
-func newClient(t testing.TB, rc cache.RedisConfig) *redis.Client {
+func newClient(t testing.TB, rc cache.RedisConfig) redis.UniversalClient {
 	t.Helper()
 	c, err := rc.NewClient()
 	if err != nil {
@@ -48,6 +48,85 @@ func TestRedisConformance(t *testing.T) {
 		rc := testRedisConfig(srv.Addr, fmt.Sprintf("case%d:", n.Add(1)))
 		return cache.NewRedis(client, cfg, rc, now, nil)
 	})
+}
+
+// TestRedisClusterConformance runs the conformance suite on a three-node Redis Cluster,
+// each case under its own prefix, so the cases' slots fall on different nodes and the
+// client follows them there.
+func TestRedisClusterConformance(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	rc := testRedisConfig(cl.Addrs(), "")
+	rc.Cluster = true
+	if err := rc.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	client := newClient(t, rc)
+	var n atomic.Int64
+	cachetest.Run(t, func(t *testing.T, cfg cache.Config, now func() time.Time) cache.Store {
+		rc := testRedisConfig(cl.Addrs(), fmt.Sprintf("case%d:", n.Add(1)))
+		rc.Cluster = true
+		return cache.NewRedis(client, cfg, rc, now, nil)
+	})
+}
+
+// TestRedisClusterNeedsOneSlot shows why the prefix becomes a hash tag: keys spread
+// over slots fail every script with CROSSSLOT, and the store answers uncached.
+func TestRedisClusterNeedsOneSlot(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	rc := testRedisConfig(cl.Addrs(), "q:")
+	rc.Cluster = true
+	client := newClient(t, rc)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		cluster bool // whether the store is told it is a cluster (and tags its keys)
+		stored  bool
+	}{{true, true}, {false, false}} {
+		rc.Cluster = tc.cluster
+		s := cache.NewRedis(client, cache.DefaultConfig(), rc, time.Now, nil)
+		err := s.Put(ctx, rotateEntry("kb", 1))
+		if (err == nil) != tc.stored {
+			t.Fatalf("cluster=%v: Put = %v, want stored %v", tc.cluster, err, tc.stored)
+		}
+		if err != nil && !strings.Contains(err.Error(), "CROSSSLOT") {
+			t.Errorf("cluster=%v: Put = %v, want CROSSSLOT", tc.cluster, err)
+		}
+	}
+}
+
+func TestRedisConfigValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		edit    func(*cache.RedisConfig)
+		wantErr string // "" for valid
+		prefix  string // Prefix() of a valid one
+	}{
+		{"one server", func(c *cache.RedisConfig) {}, "", "quarry:"},
+		{"a cluster tags the prefix", func(c *cache.RedisConfig) { c.Cluster, c.Addr = true, "a:1, b:2,c:3" }, "", "{quarry:}"},
+		{"a cluster keeps a prefix's own tag", func(c *cache.RedisConfig) { c.Cluster, c.KeyPrefix = true, "q{team-a}:" }, "", "q{team-a}:"},
+		{"an empty tag is no tag", func(c *cache.RedisConfig) { c.Cluster, c.KeyPrefix = true, "q{}:" }, "", "{q{}:}"},
+		{"a list needs -redis-cluster", func(c *cache.RedisConfig) { c.Addr = "a:1,b:2" }, "-redis-addr", ""},
+		{"a cluster node without a port", func(c *cache.RedisConfig) { c.Cluster, c.Addr = true, "a:1,b" }, "-redis-addr", ""},
+		{"a cluster has database 0 only", func(c *cache.RedisConfig) { c.Cluster, c.DB = true, 2 }, "-redis-db", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := cache.DefaultRedisConfig()
+			tt.edit(&c)
+			err := c.Validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v", err)
+				}
+				if got := c.Prefix(); got != tt.prefix {
+					t.Errorf("Prefix() = %q, want %q", got, tt.prefix)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Validate() = %v, want an error naming %s", err, tt.wantErr)
+			}
+		})
+	}
 }
 
 func rotateEntry(kb string, gen uint64) *cache.Entry {

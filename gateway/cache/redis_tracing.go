@@ -17,7 +17,7 @@ import (
 // and values are questions and answers. Commands outside a traced call (the breaker's
 // health checks, the generation poller) make no spans: on their own they would be root
 // spans, a trace per check.
-func traceCommands(c *redis.Client) error {
+func traceCommands(c redis.UniversalClient) error {
 	err := redisotel.InstrumentTracing(c,
 		redisotel.WithTracerProvider(withinTraces{tp: otel.GetTracerProvider()}),
 		redisotel.WithDBStatement(false),

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -57,7 +58,12 @@ func newRedis(t *testing.T, addr string) *redis.Client {
 // runShared runs a replica's shared view until the test ends.
 func runShared(t *testing.T, addr string, src Source) *Shared {
 	t.Helper()
-	s := NewShared(newRedis(t, addr), "q:", nil)
+	return runSharedOn(t, newRedis(t, addr), "q:", src)
+}
+
+func runSharedOn(t *testing.T, client redis.UniversalClient, prefix string, src Source) *Shared {
+	t.Helper()
+	s := NewShared(client, prefix, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, src) }()
@@ -121,6 +127,27 @@ func TestSharedViewSpreadsTheGreatestGeneration(t *testing.T) {
 	if got := b.Generation("kb"); got != 6 {
 		t.Fatalf("B's view of kb went to %d, want it to stay at 6", got)
 	}
+}
+
+// TestSharedViewOverARedisCluster: on a Redis Cluster the hash and the channel are on
+// whichever node owns their slot, and a publication reaches subscribers of every node.
+func TestSharedViewOverARedisCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	client := func() redis.UniversalClient {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(cl.Addrs(), ","), Protocol: 2, DisableIdentity: true})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	srcA := newFakeSource(map[string]uint64{"kb": 5})
+	a := runSharedOn(t, client(), "{q}:", srcA)
+	b := runSharedOn(t, client(), "{q}:", newFakeSource(map[string]uint64{}))
+	waitShared(t, b, "kb", 5)
+	srcA.set("kb", 6)
+	waitShared(t, b, "kb", 6)
+	if err := b.Publish(context.Background(), "other", 9); err != nil {
+		t.Fatal(err)
+	}
+	waitShared(t, a, "other", 9)
 }
 
 func TestSharedViewSurvivesARedisRestart(t *testing.T) {

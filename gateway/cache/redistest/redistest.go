@@ -31,6 +31,7 @@ type Server struct {
 
 	mu   sync.Mutex
 	port int
+	args []string // beyond the defaults (cluster mode)
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -49,7 +50,10 @@ func Start(t testing.TB) *Server {
 
 // Launch runs a redis-server that lives until Kill, or until this process dies, for
 // callers without a testing.TB (a benchmark's shared setup).
-func Launch() (*Server, error) {
+func Launch() (*Server, error) { return launch(nil) }
+
+// launch runs a server with args added to the defaults; each %d in them is the port.
+func launch(args []string) (*Server, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, errors.New(InstallHint)
 	}
@@ -62,6 +66,12 @@ func Launch() (*Server, error) {
 			return nil, err
 		}
 		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port}
+		for _, a := range args {
+			if strings.Contains(a, "%d") {
+				a = fmt.Sprintf(a, port)
+			}
+			s.args = append(s.args, a)
+		}
 		if lastErr = s.start(); lastErr == nil {
 			return s, nil
 		}
@@ -80,10 +90,10 @@ func freePort() (int, error) {
 
 // start runs the server and returns once it logs that it accepts connections.
 func (s *Server) start() error {
-	cmd := exec.Command("redis-server",
+	cmd := exec.Command("redis-server", append([]string{
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", "/tmp",
-		"--logfile", "", "--loglevel", "notice")
+		"--logfile", "", "--loglevel", "notice"}, s.args...)...)
 	cmd.SysProcAttr = sysProcAttr()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
