@@ -382,7 +382,11 @@ func TestRedisCommandsAreInTheQuerysTrace(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			exp.Reset()
 			copyHits := metricSum(t, tel, "quarry_gateway_cache_near_lookups_total", `outcome="hit"`)
-			wantServed(t, askOn(t, tc.replica, jwtRotateQ), quarryv1.Tier_TIER_EXACT_CACHE, true)
+			resp := askOn(t, tc.replica, jwtRotateQ)
+			wantServed(t, resp, quarryv1.Tier_TIER_EXACT_CACHE, true)
+			if ec := resp.GetExplain().GetCache(); ec.GetExact() != "hit" || ec.GetExactReplicaCopy() != tc.copy {
+				t.Errorf("explain: exact %q, exact_replica_copy %v; want hit, %v", ec.GetExact(), ec.GetExactReplicaCopy(), tc.copy)
+			}
 			if n := metricSum(t, tel, "quarry_gateway_cache_near_lookups_total", `outcome="hit"`) - copyHits; n != map[bool]int{true: 1, false: 0}[tc.copy] {
 				t.Errorf("quarry_gateway_cache_near_lookups_total{outcome=\"hit\"} rose by %d", n)
 			}

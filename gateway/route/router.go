@@ -676,6 +676,7 @@ func lookupOutcome(ctx context.Context, log *slog.Logger, tier string, err error
 func (c *call) exactOutcome(outcome string, fromCopy bool) {
 	if c.explain != nil {
 		c.explain.Cache.Exact = outcome
+		c.explain.Cache.ExactReplicaCopy = fromCopy
 	}
 	gen := attribute.Int64("quarry.generation", int64(c.gen))
 	if fromCopy {

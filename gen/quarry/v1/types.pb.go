@@ -785,9 +785,14 @@ type CacheTrace struct {
 	FuzzyVerification string `protobuf:"bytes,7,opt,name=fuzzy_verification,json=fuzzyVerification,proto3" json:"fuzzy_verification,omitempty"`
 	// True when the answer was stored in the cache after being computed; false for cache
 	// hits and for answers degraded by a failure, which are not cached.
-	Stored        bool `protobuf:"varint,8,opt,name=stored,proto3" json:"stored,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stored bool `protobuf:"varint,8,opt,name=stored,proto3" json:"stored,omitempty"`
+	// True when the exact cache's hit was this gateway replica's own copy of a shared
+	// (Redis) entry, answered without a Redis call; false for a hit read from Redis or
+	// from the in-process cache, and for every other outcome. A copy is served until
+	// the entry's TTL ends, even if Redis dropped the entry earlier.
+	ExactReplicaCopy bool `protobuf:"varint,9,opt,name=exact_replica_copy,json=exactReplicaCopy,proto3" json:"exact_replica_copy,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CacheTrace) Reset() {
@@ -872,6 +877,13 @@ func (x *CacheTrace) GetFuzzyVerification() string {
 func (x *CacheTrace) GetStored() bool {
 	if x != nil {
 		return x.Stored
+	}
+	return false
+}
+
+func (x *CacheTrace) GetExactReplicaCopy() bool {
+	if x != nil {
+		return x.ExactReplicaCopy
 	}
 	return false
 }
@@ -1123,7 +1135,7 @@ const file_quarry_v1_types_proto_rawDesc = "" +
 	"\aresults\x18\f \x03(\v2\x17.quarry.v1.ScoredResultR\aresults\x1a=\n" +
 	"\x0fThresholdsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x96\x02\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xc4\x02\n" +
 	"\n" +
 	"CacheTrace\x12)\n" +
 	"\x10normalised_query\x18\x01 \x01(\tR\x0fnormalisedQuery\x12\x16\n" +
@@ -1133,7 +1145,8 @@ const file_quarry_v1_types_proto_rawDesc = "" +
 	"\x0ffuzzy_candidate\x18\x05 \x01(\tR\x0efuzzyCandidate\x12)\n" +
 	"\x10fuzzy_similarity\x18\x06 \x01(\x01R\x0ffuzzySimilarity\x12-\n" +
 	"\x12fuzzy_verification\x18\a \x01(\tR\x11fuzzyVerification\x12\x16\n" +
-	"\x06stored\x18\b \x01(\bR\x06stored\"\xe8\x01\n" +
+	"\x06stored\x18\b \x01(\bR\x06stored\x12,\n" +
+	"\x12exact_replica_copy\x18\t \x01(\bR\x10exactReplicaCopy\"\xe8\x01\n" +
 	"\bLlmTrace\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12#\n" +
 	"\rprompt_tokens\x18\x02 \x01(\x03R\fpromptTokens\x12+\n" +

@@ -21,8 +21,9 @@ TIER_SINGLE_LLM: Tier
 TIER_UNSPECIFIED: Tier
 
 class CacheTrace(_message.Message):
-    __slots__ = ["exact", "fuzzy", "fuzzy_candidate", "fuzzy_similarity", "fuzzy_verification", "normalised_query", "stored", "tokens"]
+    __slots__ = ["exact", "exact_replica_copy", "fuzzy", "fuzzy_candidate", "fuzzy_similarity", "fuzzy_verification", "normalised_query", "stored", "tokens"]
     EXACT_FIELD_NUMBER: _ClassVar[int]
+    EXACT_REPLICA_COPY_FIELD_NUMBER: _ClassVar[int]
     FUZZY_CANDIDATE_FIELD_NUMBER: _ClassVar[int]
     FUZZY_FIELD_NUMBER: _ClassVar[int]
     FUZZY_SIMILARITY_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +32,7 @@ class CacheTrace(_message.Message):
     STORED_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     exact: str
+    exact_replica_copy: bool
     fuzzy: str
     fuzzy_candidate: str
     fuzzy_similarity: float
@@ -38,7 +40,7 @@ class CacheTrace(_message.Message):
     normalised_query: str
     stored: bool
     tokens: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, normalised_query: _Optional[str] = ..., tokens: _Optional[_Iterable[str]] = ..., exact: _Optional[str] = ..., fuzzy: _Optional[str] = ..., fuzzy_candidate: _Optional[str] = ..., fuzzy_similarity: _Optional[float] = ..., fuzzy_verification: _Optional[str] = ..., stored: bool = ...) -> None: ...
+    def __init__(self, normalised_query: _Optional[str] = ..., tokens: _Optional[_Iterable[str]] = ..., exact: _Optional[str] = ..., fuzzy: _Optional[str] = ..., fuzzy_candidate: _Optional[str] = ..., fuzzy_similarity: _Optional[float] = ..., fuzzy_verification: _Optional[str] = ..., stored: bool = ..., exact_replica_copy: bool = ...) -> None: ...
 
 class Document(_message.Message):
     __slots__ = ["archived", "content", "extra", "importance", "maturity", "path", "related", "summary", "tags", "title", "updated"]
