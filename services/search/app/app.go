@@ -143,6 +143,11 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		}
 		// The watcher writes through the registry: it must be gone before Close.
 		defer func() { stopWatch(); waitWatch() }()
+		if cfg.Load.Write.WatchPoll > 0 {
+			pollCtx, stopPoll := context.WithCancel(ctx)
+			waitPoll := reg.PollFolders(pollCtx, cfg.Load.Write.WatchPoll)
+			defer func() { stopPoll(); waitPoll() }()
+		}
 	}
 	stopMetrics, err := telemetry.StartMetrics(ctx, cfg.MetricsAddr, log)
 	if err != nil {

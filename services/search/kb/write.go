@@ -61,6 +61,10 @@ type WriteConfig struct {
 	Watch bool
 	// WatchDebounce is how long the watcher waits for a burst of edits to settle.
 	WatchDebounce time.Duration
+	// WatchPoll, with Watch, also rescans the folders this often (0: never), for the
+	// edits inotify does not report: a network volume written from another machine, an
+	// overflowing event queue.
+	WatchPoll time.Duration
 }
 
 // RegisterFlags registers the write-side flags.
@@ -71,6 +75,7 @@ func (c *WriteConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.GhostCueTokens, "ghost-cue-tokens", 220, "length of an archived file's ghost cue, in tokens (4 characters each)")
 	fs.BoolVar(&c.Watch, "watch", true, "watch knowledge base folders and apply edits made there within a second")
 	fs.DurationVar(&c.WatchDebounce, "watch-debounce", 100*time.Millisecond, "quiet time the folder watcher waits for before applying a burst of edits")
+	fs.DurationVar(&c.WatchPoll, "watch-poll", time.Minute, "with -watch, also rescan knowledge base folders this often for edits the watcher cannot see, such as on a network volume written from another machine (0 = never)")
 }
 
 // Validate rejects unusable settings.
@@ -87,6 +92,9 @@ func (c *WriteConfig) Validate() error {
 	}
 	if c.WatchDebounce < 0 {
 		errs = append(errs, fmt.Errorf("-watch-debounce must be >= 0, got %v", c.WatchDebounce))
+	}
+	if c.WatchPoll < 0 {
+		errs = append(errs, fmt.Errorf("-watch-poll must be >= 0, got %v", c.WatchPoll))
 	}
 	return errors.Join(errs...)
 }

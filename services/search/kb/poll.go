@@ -1,0 +1,136 @@
+package kb
+
+import (
+	"context"
+	"io/fs"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// stamp is what a rescan compares a file by: an edit changes its size or its
+// modification time.
+type stamp struct {
+	size  int64
+	mtime time.Time
+}
+
+// PollFolders rescans the folder of every knowledge base each interval and applies the
+// files that were added, removed, or changed in size or modification time since the
+// previous rescan, like the watcher's edits (one generation per knowledge base and
+// rescan; a file whose bytes did not change changes nothing). It is for the edits
+// WatchFolders cannot see: a folder on a network volume (NFS, a ReadOnlyMany volume
+// written by another machine) raises no inotify events here, and an overflowing event
+// queue drops some. The first rescan of a folder only records it: the folders present
+// are recorded when PollFolders returns. A rescan reads directory entries and their
+// metadata, never a file's content. wait returns once the poller has stopped after ctx
+// is done.
+func (r *Registry) PollFolders(ctx context.Context, interval time.Duration) (wait func()) {
+	seen := map[string]map[string]stamp{} // knowledge base → file → stamp
+	r.rescan(ctx, seen)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			r.rescan(ctx, seen)
+		}
+	}()
+	return func() { <-done }
+}
+
+// rescan walks every knowledge base's folder once and applies what changed since seen.
+func (r *Registry) rescan(ctx context.Context, seen map[string]map[string]stamp) {
+	r.mu.RLock()
+	roots := make(map[string]string, len(r.kbs))
+	for id, k := range r.kbs {
+		roots[id] = k.Tree.Root
+	}
+	r.mu.RUnlock()
+	for id := range seen {
+		if _, ok := roots[id]; !ok {
+			delete(seen, id) // unloaded: a later knowledge base of that name starts afresh
+		}
+	}
+	for id, root := range roots {
+		if ctx.Err() != nil {
+			return
+		}
+		now, err := stampFolder(root)
+		if err != nil {
+			r.log.Warn("rescan knowledge base folder", "kb", id, "err", err)
+			continue
+		}
+		before, known := seen[id]
+		seen[id] = now
+		if !known {
+			continue
+		}
+		changed := changedFiles(before, now)
+		if len(changed) == 0 {
+			continue
+		}
+		if _, err := r.applyEdits(ctx, id, changed); err != nil && ctx.Err() == nil {
+			r.log.Warn("apply folder edits found by rescan", "kb", id, "err", err)
+		}
+	}
+}
+
+// stampFolder returns the stamp of every regular file below root, by slash-separated
+// path relative to it. Hidden files and folders and symbolic links are left out, as the
+// loader leaves them out; links are not followed.
+func stampFolder(root string) (map[string]stamp, error) {
+	out := map[string]stamp{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p == root {
+				return err
+			}
+			return nil // a file removed mid-walk: the next rescan settles it
+		}
+		if p != root && strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return nil
+		}
+		out[filepath.ToSlash(rel)] = stamp{size: fi.Size(), mtime: fi.ModTime()}
+		return nil
+	})
+	return out, err
+}
+
+// changedFiles lists, sorted, the files added, removed or restamped from before to now.
+func changedFiles(before, now map[string]stamp) []string {
+	var out []string
+	for p, s := range now {
+		if b, ok := before[p]; !ok || b.size != s.size || !b.mtime.Equal(s.mtime) {
+			out = append(out, p)
+		}
+	}
+	for p := range before {
+		if _, ok := now[p]; !ok {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
