@@ -366,7 +366,7 @@ func BenchmarkRedisSpeedBars(b *testing.B) {
 			}
 			gen++
 			began := time.Now()
-			if err := pub.Publish(ctx, benchKB, gen); err != nil {
+			if err := pub.Publish(ctx, benchKB, generations.State{Generation: gen}); err != nil {
 				b.Fatal(err)
 			}
 			d, err := untilInvalidated(ctx, began, benchKB, q, (*quarryv1.QueryResponse).GetFromCache, e.a, e.b)

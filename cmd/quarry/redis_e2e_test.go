@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,6 +63,8 @@ func e2eLog() *slog.Logger {
 // Resolve calls it serves.
 type reloadableSearch struct {
 	addr     string
+	dir      string // a copy of the example knowledge base, which reload changes
+	reloads  int
 	reg      *kb.Registry
 	resolves atomic.Int64
 	// slow, when set, delays every Resolve: the example knowledge base answers in well
@@ -79,9 +82,12 @@ func startReloadableSearch(t testing.TB) *reloadableSearch {
 		t.Fatal(err)
 	}
 	log := e2eLog()
-	s := &reloadableSearch{reg: kb.NewRegistry(cfg.Load, log)}
+	s := &reloadableSearch{reg: kb.NewRegistry(cfg.Load, log), dir: t.TempDir()}
 	t.Cleanup(s.reg.Close)
-	if _, err := s.reg.Load(context.Background(), exampleKB, exampleKBDir); err != nil {
+	if err := os.CopyFS(s.dir, os.DirFS(exampleKBDir)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.reg.Load(context.Background(), exampleKB, s.dir); err != nil {
 		t.Fatal(err)
 	}
 	count := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
@@ -116,13 +122,35 @@ func startReloadableSearch(t testing.TB) *reloadableSearch {
 }
 
 // reload reloads the knowledge base and returns its new generation.
+//
+// The tree changes first (a file is added), as it does when a knowledge base changes:
+// a reload of the same files would keep the content version, under which the cached
+// answers stay valid.
 func (s *reloadableSearch) reload(t testing.TB) uint64 {
 	t.Helper()
-	k, err := s.reg.Load(context.Background(), exampleKB, exampleKBDir)
+	s.reloads++
+	marker := filepath.Join(s.dir, "ops", fmt.Sprintf("reload-%d.md", s.reloads))
+	if err := os.MkdirAll(filepath.Dir(marker), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(marker, fmt.Appendf(nil, "# Reload %d\n\nMarks a reload of the tree.\n", s.reloads), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k, err := s.reg.Load(context.Background(), exampleKB, s.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return k.Generation
+}
+
+// version is the knowledge base's content version: what its answers are cached under.
+func (s *reloadableSearch) version(t testing.TB) uint64 {
+	t.Helper()
+	k, err := s.reg.Get(exampleKB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.Version
 }
 
 // startReplica runs one gateway replica with the Redis cache until the test ends.
@@ -270,7 +298,7 @@ func TestGenerationBumpInvalidatesEveryReplica(t *testing.T) {
 	c := startRedisCluster(t)
 	ctx := context.Background()
 	warm := askOn(t, c.a, jwtRotateQ)
-	old := warm.GetGeneration()
+	old, oldKey := warm.GetGeneration(), c.search.version(t)
 	wantServed(t, askOn(t, c.b, jwtRotateQ), quarryv1.Tier_TIER_EXACT_CACHE, true)
 
 	// A reload of the knowledge base (any change to the tree) bumps its generation: no
@@ -287,7 +315,7 @@ func TestGenerationBumpInvalidatesEveryReplica(t *testing.T) {
 	if lat > bumpBudget {
 		t.Errorf("replicas served the old generation for %v after the reload, want at most %v", lat, bumpBudget)
 	}
-	if n := c.client.Exists(ctx, redisEntryKey(old, jwtRotateQ)).Val(); n != 1 {
+	if n := c.client.Exists(ctx, redisEntryKey(oldKey, jwtRotateQ)).Val(); n != 1 {
 		t.Errorf("the old generation's entry is gone (%d); a bump must not delete keys", n)
 	}
 	for _, r := range []quarryv1.QueryServiceClient{c.a, c.b} {
@@ -301,7 +329,7 @@ func TestGenerationBumpInvalidatesEveryReplica(t *testing.T) {
 	// although their own watch streams have not seen it.
 	writeSide := generations.NewShared(c.client, e2eKeyPrefix, nil)
 	began := time.Now()
-	if err := writeSide.Publish(ctx, exampleKB, gen+1); err != nil {
+	if err := writeSide.Publish(ctx, exampleKB, generations.State{Generation: gen + 1}); err != nil {
 		t.Fatal(err)
 	}
 	lat, err = untilInvalidated(ctx, began, exampleKB, jwtRotateQ, (*quarryv1.QueryResponse).GetFromCache, c.a, c.b)
@@ -329,11 +357,11 @@ func TestGenerationBumpInvalidatesEveryReplica(t *testing.T) {
 	}
 }
 
-// redisEntryKey returns the Redis key of q's T0 entry under gen.
-func redisEntryKey(gen uint64, q string) string {
+// redisEntryKey returns the Redis key of q's T0 entry under key (its content version).
+func redisEntryKey(key uint64, q string) string {
 	rc := cache.DefaultRedisConfig()
 	rc.KeyPrefix = e2eKeyPrefix
-	return cache.NewRedis(nil, cache.DefaultConfig(), rc, time.Now, nil).EntryKey(exampleKB, gen, text.Normalise(q))
+	return cache.NewRedis(nil, cache.DefaultConfig(), rc, time.Now, nil).EntryKey(exampleKB, key, text.Normalise(q))
 }
 
 // logCount counts a logger's records by message prefix.
@@ -554,7 +582,7 @@ func TestForeignBytesInRedisAreMisses(t *testing.T) {
 	c := startRedisCluster(t)
 	ctx := context.Background()
 	first := askOn(t, c.a, jwtRotateQ)
-	key := redisEntryKey(first.GetGeneration(), jwtRotateQ)
+	key := redisEntryKey(c.search.version(t), jwtRotateQ)
 	if err := c.client.Set(ctx, key, "\x00\xffnot an entry", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}

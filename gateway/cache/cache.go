@@ -21,7 +21,9 @@ var ErrTooLarge = errors.New("cache: entry too large")
 var ErrUnavailable = errors.New("cache unavailable")
 
 // Entry is one cached answer. Entries are keyed by (KB, Generation, Query): an entry
-// filled under an older generation of a knowledge base never matches a newer one.
+// filled under another generation of a knowledge base never matches. What the router
+// passes as the generation is the knowledge base's content version when the search
+// service reports one (generations.State.CacheKey); the store compares it, nothing more.
 type Entry struct {
 	KB         string
 	Generation uint64

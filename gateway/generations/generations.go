@@ -20,6 +20,25 @@ import (
 // ErrNotReady is returned by Generation until the first state has arrived.
 var ErrNotReady = errors.New("generations: not synced with the search service yet")
 
+// State is what the gateway knows of a knowledge base: its newest generation, which
+// orders changes, and the version of the content that generation holds (0 when it is
+// not known: a search service or gateway replica that predates versions).
+type State struct {
+	Generation, Version uint64
+}
+
+// CacheKey is what answers of this state are cached under: the content version, so
+// that search replicas holding the same tree share answers although each numbers
+// generations from its own clock, or the generation when the version is not known.
+// Versions have their top bit set and generations count milliseconds, so the two never
+// meet.
+func (s State) CacheKey() uint64 {
+	if s.Version != 0 {
+		return s.Version
+	}
+	return s.Generation
+}
+
 // Config holds the reconnect backoff of the watch stream.
 type Config struct {
 	// BackoffMin is the first delay before reconnecting a broken watch.
@@ -60,7 +79,7 @@ type Watcher struct {
 	cfg    Config
 	log    *slog.Logger
 
-	snap      atomic.Pointer[map[string]uint64]
+	snap      atomic.Pointer[map[string]State]
 	ready     chan struct{}
 	readyOnce sync.Once
 
@@ -79,16 +98,36 @@ func New(client quarryv1.SearchServiceClient, cfg Config, log *slog.Logger) *Wat
 // Generation reports kb's current generation; ok is false for an unknown knowledge base.
 // It returns ErrNotReady until the first state has arrived.
 func (w *Watcher) Generation(kb string) (gen uint64, ok bool, err error) {
+	st, ok, err := w.State(kb)
+	return st.Generation, ok, err
+}
+
+// State reports kb's current generation and content version; ok is false for an
+// unknown knowledge base. It returns ErrNotReady until the first state has arrived.
+func (w *Watcher) State(kb string) (st State, ok bool, err error) {
 	m := w.snap.Load()
 	if m == nil {
-		return 0, false, ErrNotReady
+		return State{}, false, ErrNotReady
 	}
-	gen, ok = (*m)[kb]
-	return gen, ok, nil
+	st, ok = (*m)[kb]
+	return st, ok, nil
 }
 
 // Snapshot returns a copy of the known generations (nil before the first state).
 func (w *Watcher) Snapshot() map[string]uint64 {
+	m := w.snap.Load()
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]uint64, len(*m))
+	for kb, st := range *m {
+		out[kb] = st.Generation
+	}
+	return out
+}
+
+// States returns a copy of the known states (nil before the first state).
+func (w *Watcher) States() map[string]State {
 	m := w.snap.Load()
 	if m == nil {
 		return nil
@@ -161,12 +200,12 @@ func (w *Watcher) watch(ctx context.Context) (received bool, err error) {
 // and replaces the snapshot, so knowledge bases removed while disconnected disappear;
 // later ones are changes.
 func (w *Watcher) apply(msg *quarryv1.WatchGenerationsResponse, full bool) {
-	next := make(map[string]uint64)
+	next := make(map[string]State)
 	if old := w.snap.Load(); old != nil && !full {
 		maps.Copy(next, *old)
 	}
 	for _, kb := range msg.GetKnowledgeBases() {
-		next[kb.GetId()] = kb.GetGeneration()
+		next[kb.GetId()] = State{Generation: kb.GetGeneration(), Version: kb.GetContentVersion()}
 	}
 	for _, id := range msg.GetRemoved() {
 		delete(next, id)

@@ -18,7 +18,7 @@ import (
 // Source is a first-hand view of the generations: the Watcher, fed by the search
 // service.
 type Source interface {
-	Snapshot() map[string]uint64
+	States() map[string]State
 	Updated() <-chan struct{}
 }
 
@@ -42,7 +42,7 @@ type Shared struct {
 	channel string
 	log     *slog.Logger
 
-	snap atomic.Pointer[map[string]uint64]
+	snap atomic.Pointer[map[string]State]
 	mu   sync.Mutex // serialises raises
 	// changed is closed and replaced on every raise.
 	changed chan struct{}
@@ -59,15 +59,19 @@ func NewShared(client redis.UniversalClient, prefix string, log *slog.Logger) *S
 	}
 	s := &Shared{client: client, hash: prefix + "generations", channel: prefix + "generations", log: log,
 		changed: make(chan struct{}), synced: make(chan struct{})}
-	s.snap.Store(&map[string]uint64{})
+	s.snap.Store(&map[string]State{})
 	return s
 }
 
 // Generation returns the greatest generation of kb any replica has published, 0 if none.
-func (s *Shared) Generation(kb string) uint64 { return (*s.snap.Load())[kb] }
+func (s *Shared) Generation(kb string) uint64 { return (*s.snap.Load())[kb].Generation }
+
+// State returns the state of kb with the greatest generation any replica has published,
+// and its content version when the replica that published it knew it.
+func (s *Shared) State(kb string) State { return (*s.snap.Load())[kb] }
 
 // Snapshot returns a copy of the shared view.
-func (s *Shared) Snapshot() map[string]uint64 { return maps.Clone(*s.snap.Load()) }
+func (s *Shared) Snapshot() map[string]State { return maps.Clone(*s.snap.Load()) }
 
 // Synced returns a channel that is closed once the view has read Redis's state, so a
 // starting gateway need not serve a generation the other replicas have left behind.
@@ -80,41 +84,82 @@ func (s *Shared) Updated() <-chan struct{} {
 	return s.changed
 }
 
-func (s *Shared) raise(kb string, gen uint64) {
+// raise installs st as kb's state if its generation is greater, or the same with the
+// content version that was missing.
+func (s *Shared) raise(kb string, st State) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := *s.snap.Load()
-	if cur[kb] >= gen {
+	if !newer(st, cur[kb]) {
 		return
 	}
 	next := maps.Clone(cur)
-	next[kb] = gen
+	next[kb] = st
 	s.snap.Store(&next)
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
 
-// bumpScript raises a knowledge base's generation in the hash if the new one is greater
-// and then publishes it. Generations are compared as decimal strings (longer is
-// greater), which is exact for every uint64, unlike Lua's doubles.
+// newer reports whether st should replace cur: a greater generation, or the same one
+// with the content version cur lacks.
+func newer(st, cur State) bool {
+	return st.Generation > cur.Generation ||
+		st.Generation == cur.Generation && cur.Version == 0 && st.Version != 0
+}
+
+// bumpScript raises a knowledge base's state in the hash if its generation is greater
+// (or the same, with the content version the hash lacks) and then publishes it. A value
+// is "generation version", or "generation" alone from a replica that knew no version.
+// Generations are compared as decimal strings (longer is greater), which is exact for
+// every uint64, unlike Lua's doubles.
 //
-// KEYS: hash. ARGV: kb, generation, channel.
+// KEYS: hash. ARGV: kb, generation, channel, version ("" when unknown).
 var bumpScript = redis.NewScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
-local g = ARGV[2]
-if cur and (#cur > #g or (#cur == #g and cur >= g)) then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], g)
-redis.call('PUBLISH', ARGV[3], ARGV[1] .. ' ' .. g)
+local g, v = ARGV[2], ARGV[4]
+if cur then
+  local cg, cv = string.match(cur, '^(%d+) ?(%d*)$')
+  if cg then
+    if #cg > #g or (#cg == #g and cg > g) then return 0 end
+    if cg == g and (cv ~= '' or v == '') then return 0 end
+  end
+end
+local val = g
+if v ~= '' then val = g .. ' ' .. v end
+redis.call('HSET', KEYS[1], ARGV[1], val)
+redis.call('PUBLISH', ARGV[3], ARGV[1] .. ' ' .. val)
 return 1
 `)
 
-// Publish raises kb's generation to gen in Redis, telling every replica, unless Redis
-// already holds a greater or equal one. The local view is raised either way.
-func (s *Shared) Publish(ctx context.Context, kb string, gen uint64) error {
-	s.raise(kb, gen)
+// Publish raises kb's state to st in Redis, telling every replica, unless Redis
+// already holds a greater generation (or the same one, with its version). The local
+// view is raised either way.
+func (s *Shared) Publish(ctx context.Context, kb string, st State) error {
+	s.raise(kb, st)
 	ctx, cancel := context.WithTimeout(ctx, sharedCallTimeout)
 	defer cancel()
-	return bumpScript.Run(ctx, s.client, []string{s.hash}, kb, strconv.FormatUint(gen, 10), s.channel).Err()
+	v := ""
+	if st.Version != 0 {
+		v = strconv.FormatUint(st.Version, 10)
+	}
+	return bumpScript.Run(ctx, s.client, []string{s.hash}, kb, strconv.FormatUint(st.Generation, 10), s.channel, v).Err()
+}
+
+// parseState reads a hash value or the part of a message after the knowledge base:
+// "generation version", or "generation" alone.
+func parseState(s string) (State, bool) {
+	g, v, hasV := strings.Cut(s, " ")
+	gen, err := strconv.ParseUint(g, 10, 64)
+	if err != nil {
+		return State{}, false
+	}
+	st := State{Generation: gen}
+	if hasV {
+		if st.Version, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return State{}, false
+		}
+	}
+	return st, true
 }
 
 // Run follows the other replicas' bumps and publishes the ones local reports, until ctx
@@ -194,9 +239,9 @@ func (s *Shared) follow(ctx context.Context, resync chan<- struct{}, connected f
 			}
 			connected()
 		case *redis.Message:
-			kb, g, ok := strings.Cut(m.Payload, " ")
-			if gen, err := strconv.ParseUint(g, 10, 64); ok && err == nil {
-				s.raise(kb, gen)
+			kb, rest, ok := strings.Cut(m.Payload, " ")
+			if st, valid := parseState(rest); ok && valid {
+				s.raise(kb, st)
 			}
 		}
 	}
@@ -209,9 +254,9 @@ func (s *Shared) reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for kb, g := range all {
-		if gen, err := strconv.ParseUint(g, 10, 64); err == nil {
-			s.raise(kb, gen)
+	for kb, v := range all {
+		if st, ok := parseState(v); ok {
+			s.raise(kb, st)
 		}
 	}
 	s.syncedOnce.Do(func() { close(s.synced) })
@@ -221,20 +266,20 @@ func (s *Shared) reload(ctx context.Context) error {
 // mirror publishes every generation local reports that it has not published yet, and
 // everything again after each resync.
 func (s *Shared) mirror(ctx context.Context, local Source, resync <-chan struct{}) {
-	published := map[string]uint64{}
+	published := map[string]State{}
 	for {
 		updated := local.Updated()
 		var retry <-chan time.Time
-		for kb, gen := range local.Snapshot() {
-			if gen <= published[kb] {
+		for kb, st := range local.States() {
+			if !newer(st, published[kb]) {
 				continue
 			}
-			if err := s.Publish(ctx, kb, gen); err != nil {
-				s.log.Debug("publish generation", "kb", kb, "generation", gen, "err", err)
+			if err := s.Publish(ctx, kb, st); err != nil {
+				s.log.Debug("publish generation", "kb", kb, "generation", st.Generation, "err", err)
 				retry = time.After(sharedPing)
 				continue
 			}
-			published[kb] = gen
+			published[kb] = st
 		}
 		select {
 		case <-ctx.Done():
@@ -254,11 +299,17 @@ type Combined struct {
 	Shared *Shared
 }
 
-// Generation implements route.Generations.
-func (c Combined) Generation(kb string) (uint64, bool, error) {
-	gen, ok, err := c.Local.Generation(kb)
+// State implements route.Generations: the search service's state, or the shared
+// view's when its generation is greater. Search replicas holding the same tree report
+// the same version under different generations, so the greater generation still names
+// the content this replica's own search holds, and answers from either are shared.
+func (c Combined) State(kb string) (State, bool, error) {
+	local, ok, err := c.Local.State(kb)
 	if err != nil || !ok {
-		return gen, ok, err
+		return local, ok, err
 	}
-	return max(gen, c.Shared.Generation(kb)), true, nil
+	if sh := c.Shared.State(kb); sh.Generation > local.Generation {
+		return sh, true, nil
+	}
+	return local, true, nil
 }

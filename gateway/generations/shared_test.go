@@ -2,7 +2,7 @@ package generations
 
 import (
 	"context"
-	"maps"
+	"fmt"
 	"net"
 	"runtime"
 	"strings"
@@ -19,19 +19,36 @@ import (
 
 // fakeSource is a settable first-hand view, standing in for a replica's watcher.
 type fakeSource struct {
-	mu      sync.Mutex
-	gens    map[string]uint64
-	changed chan struct{}
+	mu       sync.Mutex
+	gens     map[string]uint64
+	versions map[string]uint64
+	changed  chan struct{}
 }
 
 func newFakeSource(gens map[string]uint64) *fakeSource {
 	return &fakeSource{gens: gens, changed: make(chan struct{})}
 }
 
-func (f *fakeSource) Snapshot() map[string]uint64 {
+func (f *fakeSource) States() map[string]State {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return maps.Clone(f.gens)
+	out := map[string]State{}
+	for kb, g := range f.gens {
+		out[kb] = State{Generation: g, Version: f.versions[kb]}
+	}
+	return out
+}
+
+// setVersion gives kb's current state a content version.
+func (f *fakeSource) setVersion(kb string, v uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.versions == nil {
+		f.versions = map[string]uint64{}
+	}
+	f.versions[kb] = v
+	close(f.changed)
+	f.changed = make(chan struct{})
 }
 
 func (f *fakeSource) Updated() <-chan struct{} {
@@ -79,17 +96,31 @@ func runSharedOn(t *testing.T, client redis.UniversalClient, prefix string, src 
 // waitShared blocks until s's view of kb is gen.
 func waitShared(t *testing.T, s *Shared, kb string, gen uint64) {
 	t.Helper()
+	waitView(t, s, func() bool { return s.Generation(kb) == gen },
+		func() string { return fmt.Sprintf("shared view of %s is %d, want %d", kb, s.Generation(kb), gen) })
+}
+
+// waitState blocks until s's view of kb is want.
+func waitState(t *testing.T, s *Shared, kb string, want State) {
+	t.Helper()
+	waitView(t, s, func() bool { return s.State(kb) == want },
+		func() string { return fmt.Sprintf("shared view of %s is %+v, want %+v", kb, s.State(kb), want) })
+}
+
+// waitView blocks until ok holds of s, failing with what after a deadline.
+func waitView(t *testing.T, s *Shared, ok func() bool, what func() string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for {
 		changed := s.Updated()
-		if s.Generation(kb) == gen {
+		if ok() {
 			return
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			t.Fatalf("shared view of %s is %d, want %d", kb, s.Generation(kb), gen)
+			t.Fatal(what())
 		}
 	}
 }
@@ -110,7 +141,7 @@ func TestSharedViewSpreadsTheGreatestGeneration(t *testing.T) {
 
 	// A smaller generation (a replica whose search lags) changes nothing anywhere.
 	late := NewShared(newRedis(t, srv.Addr), "q:", nil)
-	if err := late.Publish(context.Background(), "kb", 3); err != nil {
+	if err := late.Publish(context.Background(), "kb", State{Generation: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if got := newRedis(t, srv.Addr).HGet(context.Background(), "q:generations", "kb").Val(); got != "5" {
@@ -120,7 +151,7 @@ func TestSharedViewSpreadsTheGreatestGeneration(t *testing.T) {
 	// A bump on A's side reaches B; B's own publication reaches A.
 	srcA.set("kb", 6)
 	waitShared(t, b, "kb", 6)
-	if err := b.Publish(context.Background(), "other", 9); err != nil {
+	if err := b.Publish(context.Background(), "other", State{Generation: 9}); err != nil {
 		t.Fatal(err)
 	}
 	waitShared(t, a, "other", 9)
@@ -144,7 +175,7 @@ func TestSharedViewOverARedisCluster(t *testing.T) {
 	waitShared(t, b, "kb", 5)
 	srcA.set("kb", 6)
 	waitShared(t, b, "kb", 6)
-	if err := b.Publish(context.Background(), "other", 9); err != nil {
+	if err := b.Publish(context.Background(), "other", State{Generation: 9}); err != nil {
 		t.Fatal(err)
 	}
 	waitShared(t, a, "other", 9)
@@ -210,26 +241,65 @@ func TestCombinedViewIsTheSearchServicesRaisedToTheShared(t *testing.T) {
 
 	srvR := redistest.Start(t)
 	shared := NewShared(newRedis(t, srvR.Addr), "q:", nil)
-	for kb, gen := range map[string]uint64{"kb": 5, "ahead": 2, "gone": 9} {
-		if err := shared.Publish(ctx, kb, gen); err != nil {
+	for kb, st := range map[string]State{"kb": {5, 1<<63 | 55}, "ahead": {2, 1<<63 | 22}, "gone": {9, 0}} {
+		if err := shared.Publish(ctx, kb, st); err != nil {
 			t.Fatal(err)
 		}
 	}
 	c := Combined{Local: w, Shared: shared}
 	cases := []struct {
 		kb   string
-		gen  uint64
+		want State
 		ok   bool
 		rule string
 	}{
-		{"kb", 5, true, "a newer shared generation wins"},
-		{"ahead", 4, true, "an older shared generation is ignored"},
-		{"gone", 0, false, "the search service alone says which knowledge bases exist"},
+		{"kb", State{5, 1<<63 | 55}, true, "a newer shared generation wins, with the version of its content"},
+		{"ahead", State{4, 0}, true, "an older shared generation is ignored"},
+		{"gone", State{}, false, "the search service alone says which knowledge bases exist"},
 	}
 	for _, cs := range cases {
-		gen, ok, err := c.Generation(cs.kb)
-		if err != nil || gen != cs.gen || ok != cs.ok {
-			t.Errorf("%s: Generation(%q) = %d, %v, %v; want %d, %v", cs.rule, cs.kb, gen, ok, err, cs.gen, cs.ok)
+		st, ok, err := c.State(cs.kb)
+		if err != nil || st != cs.want || ok != cs.ok {
+			t.Errorf("%s: State(%q) = %+v, %v, %v; want %+v, %v", cs.rule, cs.kb, st, ok, err, cs.want, cs.ok)
 		}
 	}
+}
+
+// TestSharedViewCarriesContentVersions: a state travels with its content version; an
+// equal generation fills in a version the hash lacked (a replica that knew none published
+// it first), and never replaces one; the hash keeps the form older replicas wrote.
+func TestSharedViewCarriesContentVersions(t *testing.T) {
+	srv := redistest.Start(t)
+	src := newFakeSource(map[string]uint64{"kb": 5})
+	a := runShared(t, srv.Addr, src)
+	b := runShared(t, srv.Addr, newFakeSource(map[string]uint64{}))
+	waitShared(t, b, "kb", 5)
+	if st := b.State("kb"); st.Version != 0 {
+		t.Fatalf("state %+v before any version was known", st)
+	}
+	src.setVersion("kb", 1<<63|77)
+	waitState(t, b, "kb", State{5, 1<<63 | 77})
+	ctx := context.Background()
+	if err := a.Publish(ctx, "kb", State{5, 1<<63 | 99}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Publish(ctx, "kb", State{Generation: 5}); err != nil {
+		t.Fatal(err)
+	}
+	client := newRedis(t, srv.Addr)
+	if got := client.HGet(ctx, "q:generations", "kb").Val(); got != "5 9223372036854775885" {
+		t.Fatalf("the hash holds %q, want the first version published for generation 5", got)
+	}
+	// A value an older replica wrote (a generation alone) still reads, and a newer
+	// generation replaces the state whole.
+	if err := client.HSet(ctx, "q:generations", "old", "12").Err(); err != nil {
+		t.Fatal(err)
+	}
+	late := runShared(t, srv.Addr, newFakeSource(map[string]uint64{}))
+	waitState(t, late, "old", State{Generation: 12})
+	waitState(t, late, "kb", State{5, 1<<63 | 77})
+	if err := a.Publish(ctx, "kb", State{Generation: 6}); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, b, "kb", State{Generation: 6})
 }

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/quarry-router/quarry/gateway/cache"
+	"github.com/quarry-router/quarry/gateway/generations"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/text"
 	"github.com/quarry-router/quarry/platform/workers"
@@ -39,7 +40,7 @@ type Agent interface {
 // Generations tells the router each knowledge base's current generation. ok is false
 // for an unknown knowledge base; err is set while the generations are not known yet.
 type Generations interface {
-	Generation(kb string) (gen uint64, ok bool, err error)
+	State(kb string) (st generations.State, ok bool, err error)
 }
 
 // Router answers queries from the fastest tier that can.
@@ -105,7 +106,8 @@ type call struct {
 	kb      string
 	norm    string
 	tokens  []string
-	gen     uint64
+	gen     uint64 // the knowledge base's generation in the gateway's view
+	key     uint64 // what its answers are cached under (generations.State.CacheKey)
 	start   time.Time
 	mark    time.Time
 	explain *quarryv1.Explain // nil unless the request asked for it
@@ -130,14 +132,14 @@ func (r *Router) Query(ctx context.Context, req *quarryv1.QueryRequest, onDelta 
 	c.norm = text.Normalise(req.GetQuery())
 	c.stage("normalise", "")
 
-	gen, ok, err := r.gens.Generation(c.kb)
+	st, ok, err := r.gens.State(c.kb)
 	if err != nil {
 		return nil, fmt.Errorf("%w: generation of %q: %w", ErrUnavailable, c.kb, err)
 	}
 	if !ok {
 		return nil, fmt.Errorf("%w %q", ErrUnknownKB, c.kb)
 	}
-	c.gen = gen
+	c.gen, c.key = st.Generation, st.CacheKey()
 
 	resp, err := c.run(ctx, onDelta)
 	if err != nil {
@@ -166,9 +168,9 @@ func (c *call) run(ctx context.Context, onDelta func(string)) (*quarryv1.QueryRe
 		fromCopy bool
 	)
 	if r.copies != nil {
-		e, fromCopy, err = r.copies.GetCopy(ctx, c.kb, c.gen, c.norm)
+		e, fromCopy, err = r.copies.GetCopy(ctx, c.kb, c.key, c.norm)
 	} else {
-		e, err = r.store.Get(ctx, c.kb, c.gen, c.norm)
+		e, err = r.store.Get(ctx, c.kb, c.key, c.norm)
 	}
 	if err == nil {
 		var resp *quarryv1.QueryResponse
@@ -234,7 +236,7 @@ type speculation struct {
 }
 
 func (c *call) speculate(ctx context.Context) *speculation {
-	s := &speculation{c: c, ctx: ctx, key: flightKey(c.kb, c.gen, c.norm, c.req.GetExplain())}
+	s := &speculation{c: c, ctx: ctx, key: flightKey(c.kb, c.key, c.norm, c.req.GetExplain())}
 	if d := c.r.cfg.SpeculativeDelay; d > 0 {
 		s.timer = time.AfterFunc(d, func() { s.start() })
 	} else {
@@ -253,7 +255,7 @@ func (s *speculation) start() (*flight[resolved], time.Time) {
 		c := s.c
 		s.joined = time.Now()
 		s.f = c.r.resolves.join(s.ctx, s.key, c.r.cfg.ResolveTimeout,
-			c.r.resolveFn(c.kb, c.req.GetQuery(), c.norm, c.tokens, c.gen, c.req.GetExplain()))
+			c.r.resolveFn(c.kb, c.req.GetQuery(), c.norm, c.tokens, c.gen, c.key, c.req.GetExplain()))
 	}
 	return s.f, s.joined
 }
@@ -275,7 +277,7 @@ func (s *speculation) end() {
 // fuzzy runs the T1 lookup and verification; it returns nil when T1 does not answer.
 func (c *call) fuzzy(ctx context.Context, spec *speculation) *quarryv1.QueryResponse {
 	r := c.r
-	cand, sim, err := r.store.Similar(ctx, c.kb, c.gen, c.tokens)
+	cand, sim, err := r.store.Similar(ctx, c.kb, c.key, c.tokens)
 	if err != nil {
 		c.fuzzyOutcome(lookupOutcome(ctx, r.log, "fuzzy", err))
 		return nil
@@ -310,7 +312,7 @@ func (c *call) fuzzy(ctx context.Context, spec *speculation) *quarryv1.QueryResp
 		c.reject(ctx, rejectSearchFailed, "search failed, cannot verify")
 		return nil
 	}
-	ok, reason, why := agrees(c.norm, cand.Query, cached, out.res)
+	ok, reason, why := agrees(c.norm, cand.Query, cand.Generation, cached, out.res)
 	if !ok {
 		c.reject(ctx, reason, why)
 		return nil
@@ -356,9 +358,12 @@ func (c *call) reject(ctx context.Context, reason, why string) {
 // subject, which the search then confirms; a replaced content word names another
 // subject (rotate vs revoke, gzip vs zlib), so it is another question. An out-of-domain
 // answer is the same whatever was asked.
-func agrees(query, candidate string, cached *quarryv1.QueryResponse, res *quarryv1.ResolveResponse) (ok bool, reason, why string) {
-	if g := res.GetGeneration(); g != 0 && g != cached.GetGeneration() {
-		return false, rejectGeneration, fmt.Sprintf("knowledge base changed (generation %d, cached %d)", g, cached.GetGeneration())
+//
+// candidateKey is what the candidate was cached under (answerKey): the fresh search
+// must have decided on the same content.
+func agrees(query, candidate string, candidateKey uint64, cached *quarryv1.QueryResponse, res *quarryv1.ResolveResponse) (ok bool, reason, why string) {
+	if k := answerKey(res, 0); k != 0 && k != candidateKey {
+		return false, rejectGeneration, fmt.Sprintf("knowledge base changed (generation %d searched, cached under %d)", res.GetGeneration(), cached.GetGeneration())
 	}
 	route := res.GetRoute()
 	origin := cached.GetOriginTier()
@@ -431,7 +436,7 @@ func sameSet(a, b []string) bool {
 
 // resolveFn is the work of a Resolve flight: the search, and for the routes that need
 // no LLM the finished answer, stored once for every caller that waits on it.
-func (r *Router) resolveFn(kb, query, norm string, tokens []string, gen uint64, explain bool) func(context.Context, func(string)) (resolved, error) {
+func (r *Router) resolveFn(kb, query, norm string, tokens []string, gen, key uint64, explain bool) func(context.Context, func(string)) (resolved, error) {
 	return func(ctx context.Context, _ func(string)) (resolved, error) {
 		res, err := r.res.Resolve(ctx, &quarryv1.ResolveRequest{KnowledgeBase: kb, Query: query, Explain: explain})
 		if err != nil {
@@ -449,7 +454,7 @@ func (r *Router) resolveFn(kb, query, norm string, tokens []string, gen uint64, 
 				KnowledgeBase: kb,
 				Generation:    g,
 			}
-			out.stored = r.put(ctx, kb, g, norm, tokens, out.resp)
+			out.stored = r.put(ctx, kb, answerKey(res, key), norm, tokens, out.resp)
 		}
 		return out, nil
 	}
@@ -464,6 +469,12 @@ func answerGen(res *quarryv1.ResolveResponse, fallback uint64) uint64 {
 	return fallback
 }
 
+// answerKey is what an answer is cached under: the content version the search decided
+// on (generations.State.CacheKey), whichever search replica that was.
+func answerKey(res *quarryv1.ResolveResponse, fallback uint64) uint64 {
+	return generations.State{Generation: answerGen(res, fallback), Version: res.GetContentVersion()}.CacheKey()
+}
+
 func (c *call) agentAnswer(ctx context.Context, res *quarryv1.ResolveResponse, onDelta func(string)) (*quarryv1.QueryResponse, error) {
 	r := c.r
 	start := time.Now()
@@ -473,12 +484,12 @@ func (c *call) agentAnswer(ctx context.Context, res *quarryv1.ResolveResponse, o
 		resp := degraded(c.kb, res, g, "no agent configured")
 		// Without an agent this is the answer the configuration gives, so it is cached
 		// like any other; only answers degraded by a failure wait for the LLM.
-		c.stored(r.put(ctx, c.kb, g, c.norm, c.tokens, resp))
+		c.stored(r.put(ctx, c.kb, answerKey(res, c.key), c.norm, c.tokens, resp))
 		return resp, nil
 	}
-	g := answerGen(res, c.gen)
-	key := flightKey(c.kb, g, c.norm, false)
-	af := r.answers.join(ctx, key, r.cfg.AgentTimeout, r.answerFn(c.kb, c.req.GetQuery(), c.norm, c.tokens, g, res))
+	g, k := answerGen(res, c.gen), answerKey(res, c.key)
+	key := flightKey(c.kb, k, c.norm, false)
+	af := r.answers.join(ctx, key, r.cfg.AgentTimeout, r.answerFn(c.kb, c.req.GetQuery(), c.norm, c.tokens, g, k, res))
 	defer r.answers.leave(key, af)
 	s := af.subscribe(onDelta)
 	a, err := af.wait(ctx)
@@ -505,7 +516,7 @@ func (c *call) agentAnswer(ctx context.Context, res *quarryv1.ResolveResponse, o
 
 // answerFn is the work of an agent flight. An agent failure is not an error of the
 // flight: the question still gets the extractive fallback, flagged and not cached.
-func (r *Router) answerFn(kb, query, norm string, tokens []string, gen uint64, res *quarryv1.ResolveResponse) func(context.Context, func(string)) (answered, error) {
+func (r *Router) answerFn(kb, query, norm string, tokens []string, gen, key uint64, res *quarryv1.ResolveResponse) func(context.Context, func(string)) (answered, error) {
 	return func(ctx context.Context, publish func(string)) (answered, error) {
 		a, err := r.agent.Answer(ctx, &quarryv1.AnswerRequest{
 			KnowledgeBase: kb,
@@ -521,7 +532,7 @@ func (r *Router) answerFn(kb, query, norm string, tokens []string, gen uint64, r
 			if errors.Is(err, ErrNoProvider) {
 				// A configuration, not a failure: the fallback is the answer until an
 				// LLM provider is configured, so cache it like any other.
-				out.stored = r.put(ctx, kb, gen, norm, tokens, out.resp)
+				out.stored = r.put(ctx, kb, key, norm, tokens, out.resp)
 				return out, nil
 			}
 			r.log.WarnContext(ctx, "agent did not answer; serving the extractive fallback", "kb", kb, "reason", reason, "err", err)
@@ -539,7 +550,7 @@ func (r *Router) answerFn(kb, query, norm string, tokens []string, gen uint64, r
 		}
 		out := answered{resp: resp, llm: a.GetLlm()}
 		if !resp.GetDegraded() {
-			out.stored = r.put(ctx, kb, gen, norm, tokens, resp)
+			out.stored = r.put(ctx, kb, key, norm, tokens, resp)
 		}
 		return out, nil
 	}
@@ -585,15 +596,15 @@ func mergeSources(ranked, read []*quarryv1.Source) []*quarryv1.Source {
 	return out
 }
 
-// put caches an answer, reporting whether it was stored; a cache that fails only costs
-// a later hit, so errors are logged, not returned.
-func (r *Router) put(ctx context.Context, kb string, gen uint64, norm string, tokens []string, resp *quarryv1.QueryResponse) bool {
+// put caches an answer under key (answerKey), reporting whether it was stored; a cache
+// that fails only costs a later hit, so errors are logged, not returned.
+func (r *Router) put(ctx context.Context, kb string, key uint64, norm string, tokens []string, resp *quarryv1.QueryResponse) bool {
 	value, err := proto.Marshal(resp)
 	if err != nil {
 		r.log.ErrorContext(ctx, "marshal answer for the cache", "kb", kb, "err", err)
 		return false
 	}
-	err = r.store.Put(ctx, &cache.Entry{KB: kb, Generation: gen, Query: norm, Tokens: tokens, Value: value})
+	err = r.store.Put(ctx, &cache.Entry{KB: kb, Generation: key, Query: norm, Tokens: tokens, Value: value})
 	switch {
 	case err == nil:
 		return true

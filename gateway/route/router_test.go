@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/quarry-router/quarry/gateway/cache"
+	"github.com/quarry-router/quarry/gateway/generations"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
 	"go.uber.org/goleak"
@@ -27,21 +28,28 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// fakeGens is a settable view of knowledge base generations.
+// fakeGens is a settable view of knowledge base generations and, where set, content
+// versions.
 type fakeGens struct {
-	mu   sync.Mutex
-	gens map[string]uint64
-	err  error
+	mu       sync.Mutex
+	gens     map[string]uint64
+	versions map[string]uint64
+	err      error
 }
 
-func (f *fakeGens) Generation(kb string) (uint64, bool, error) {
+func (f *fakeGens) State(kb string) (generations.State, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
-		return 0, false, f.err
+		return generations.State{}, false, f.err
 	}
 	g, ok := f.gens[kb]
-	return g, ok, nil
+	return generations.State{Generation: g, Version: f.versions[kb]}, ok, nil
+}
+
+func (f *fakeGens) Generation(kb string) (uint64, bool, error) {
+	st, ok, err := f.State(kb)
+	return st.Generation, ok, err
 }
 
 func (f *fakeGens) set(kb string, gen uint64) {
@@ -487,6 +495,56 @@ func TestGenerationChangeMakesOldAnswersUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantTier(t, resp, quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, false)
+}
+
+// Two search replicas that loaded the same tree at different moments number its
+// generation differently; round-robin sends questions to either. With content versions
+// their answers are cached under the one version and found again whichever replica
+// answered; by generation alone, the answers of the replica whose number the gateway's
+// view does not hold were stored where no lookup looks.
+func TestReplicasWithTheSameContentShareAnswers(t *testing.T) {
+	const version = 1<<63 | 42
+	for _, tc := range []struct {
+		name     string
+		versions bool
+		hits     int // of the four questions asked again
+	}{
+		{"with content versions", true, 4},
+		{"by generation alone", false, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			h.gens.set("kb", 1000) // the view: replica A's generation
+			if tc.versions {
+				h.gens.versions = map[string]uint64{"kb": version}
+			}
+			base := canned(h.gens)
+			var n atomic.Int64
+			h.res.set(func(ctx context.Context, req *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error) {
+				res, err := base(ctx, req)
+				if n.Add(1)%2 == 0 {
+					res.Generation = 1003 // replica B, loaded 3 ms later
+				}
+				if tc.versions {
+					res.ContentVersion = version
+				}
+				return res, err
+			})
+			qs := []string{"How do I rotate keys?", "How do I revoke a token?", "what is hmac?", "weather in paris"}
+			for _, q := range qs {
+				h.query(q)
+			}
+			hits := 0
+			for _, q := range qs {
+				if h.query(q).GetTier() == quarryv1.Tier_TIER_EXACT_CACHE {
+					hits++
+				}
+			}
+			if hits != tc.hits {
+				t.Errorf("%d of %d questions asked again were cache hits, want %d", hits, len(qs), tc.hits)
+			}
+		})
+	}
 }
 
 func TestLLMRoutes(t *testing.T) {

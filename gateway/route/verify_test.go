@@ -60,6 +60,10 @@ func TestFuzzyVerificationByTheFreshSearch(t *testing.T) {
 		}
 		return res
 	}
+	versioned := func(res *quarryv1.ResolveResponse, v uint64) *quarryv1.ResolveResponse {
+		res.ContentVersion = v
+		return res
+	}
 	cases := []struct {
 		name             string
 		candidate, query string
@@ -93,10 +97,22 @@ func TestFuzzyVerificationByTheFreshSearch(t *testing.T) {
 		{"an answer of an older generation is rejected",
 			"when do postgres backups run?", "when do the postgres backups run each week?",
 			direct("data/backups.md"), search(quarryv1.Tier_TIER_DIRECT, 2, "data/backups.md"), false, rejectGeneration, "knowledge base changed"},
+		{"another search replica's generation of the same content agrees",
+			"when do postgres backups run?", "when do the postgres backups run each week?",
+			direct("data/backups.md"), versioned(search(quarryv1.Tier_TIER_DIRECT, 2, "data/backups.md"), 1<<63|7), true, "", "search agrees"},
+		{"the same generation number with other content is rejected",
+			"when do postgres backups run?", "when do the postgres backups run each week?",
+			direct("data/backups.md"), versioned(search(quarryv1.Tier_TIER_DIRECT, 1, "data/backups.md"), 1<<63|8), false, rejectGeneration, "knowledge base changed"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ok, reason, why := agrees(c.query, c.candidate, c.cached, c.fresh)
+			// Cached as the router caches, under answerKey: its generation, or in the
+			// cases with versions, the content version 1<<63|7.
+			key := c.cached.GetGeneration()
+			if c.fresh.GetContentVersion() != 0 {
+				key = 1<<63 | 7
+			}
+			ok, reason, why := agrees(c.query, c.candidate, key, c.cached, c.fresh)
 			if ok != c.ok || reason != c.reason || !strings.Contains(why, c.why) {
 				t.Fatalf("agrees = %v, %q, %q; want %v, %q with %q", ok, reason, why, c.ok, c.reason, c.why)
 			}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/quarry-router/quarry/gateway/cache"
+	"github.com/quarry-router/quarry/gateway/generations"
 	"github.com/quarry-router/quarry/gateway/route"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
@@ -63,7 +64,9 @@ func (fakeAgent) Answer(_ context.Context, _ *quarryv1.AnswerRequest, onDelta fu
 
 type fakeGens struct{}
 
-func (fakeGens) Generation(kb string) (uint64, bool, error) { return 1, kb == "kb", nil }
+func (fakeGens) State(kb string) (generations.State, bool, error) {
+	return generations.State{Generation: 1}, kb == "kb", nil
+}
 
 func start(t *testing.T) quarryv1.QueryServiceClient {
 	return quarryv1.NewQueryServiceClient(startConn(t))

@@ -109,9 +109,12 @@ type ResolveResponse struct {
 	// Gate trace, when explain was set.
 	Gate *GateTrace `protobuf:"bytes,7,opt,name=gate,proto3" json:"gate,omitempty"`
 	// Per-stage wall times inside the search service, when explain was set.
-	Stages        []*StageTiming `protobuf:"bytes,8,rep,name=stages,proto3" json:"stages,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stages []*StageTiming `protobuf:"bytes,8,rep,name=stages,proto3" json:"stages,omitempty"`
+	// Version of the content the decision was made on (see
+	// KnowledgeBaseState.content_version).
+	ContentVersion uint64 `protobuf:"varint,9,opt,name=content_version,json=contentVersion,proto3" json:"content_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ResolveResponse) Reset() {
@@ -198,6 +201,13 @@ func (x *ResolveResponse) GetStages() []*StageTiming {
 		return x.Stages
 	}
 	return nil
+}
+
+func (x *ResolveResponse) GetContentVersion() uint64 {
+	if x != nil {
+		return x.ContentVersion
+	}
+	return 0
 }
 
 // SearchRequest is a plain ranked search.
@@ -956,9 +966,15 @@ type KnowledgeBaseState struct {
 	DocumentCount int32 `protobuf:"varint,3,opt,name=document_count,json=documentCount,proto3" json:"document_count,omitempty"`
 	// Domains: the top-level folders, sorted; a question whose first word names one is
 	// scoped to it.
-	Domains       []string `protobuf:"bytes,4,rep,name=domains,proto3" json:"domains,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Domains []string `protobuf:"bytes,4,rep,name=domains,proto3" json:"domains,omitempty"`
+	// Version of the content: a hash of every document's path and bytes, never 0. Unlike
+	// the generation, which each search replica numbers from its own clock as it loads or
+	// sees a change, replicas that hold the same tree report the same version, so answers
+	// any of them computed are interchangeable; the generation orders changes, the
+	// version names content. Compare versions for equality only.
+	ContentVersion uint64 `protobuf:"varint,5,opt,name=content_version,json=contentVersion,proto3" json:"content_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *KnowledgeBaseState) Reset() {
@@ -1017,6 +1033,13 @@ func (x *KnowledgeBaseState) GetDomains() []string {
 		return x.Domains
 	}
 	return nil
+}
+
+func (x *KnowledgeBaseState) GetContentVersion() uint64 {
+	if x != nil {
+		return x.ContentVersion
+	}
+	return 0
 }
 
 // ListKnowledgeBasesResponse lists the knowledge bases.
@@ -1165,7 +1188,7 @@ const file_quarry_v1_search_proto_rawDesc = "" +
 	"\x0eResolveRequest\x12%\n" +
 	"\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x14\n" +
 	"\x05query\x18\x02 \x01(\tR\x05query\x12\x18\n" +
-	"\aexplain\x18\x03 \x01(\bR\aexplain\"\xd9\x02\n" +
+	"\aexplain\x18\x03 \x01(\bR\aexplain\"\x82\x03\n" +
 	"\x0fResolveResponse\x12%\n" +
 	"\x05route\x18\x01 \x01(\x0e2\x0f.quarry.v1.TierR\x05route\x12\x16\n" +
 	"\x06answer\x18\x02 \x01(\tR\x06answer\x12+\n" +
@@ -1178,7 +1201,8 @@ const file_quarry_v1_search_proto_rawDesc = "" +
 	"generation\x18\x06 \x01(\x04R\n" +
 	"generation\x12(\n" +
 	"\x04gate\x18\a \x01(\v2\x14.quarry.v1.GateTraceR\x04gate\x12.\n" +
-	"\x06stages\x18\b \x03(\v2\x16.quarry.v1.StageTimingR\x06stages\"x\n" +
+	"\x06stages\x18\b \x03(\v2\x16.quarry.v1.StageTimingR\x06stages\x12'\n" +
+	"\x0fcontent_version\x18\t \x01(\x04R\x0econtentVersion\"x\n" +
 	"\rSearchRequest\x12%\n" +
 	"\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x14\n" +
 	"\x05query\x18\x02 \x01(\tR\x05query\x12\x14\n" +
@@ -1235,14 +1259,15 @@ const file_quarry_v1_search_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x04 \x01(\x04R\n" +
 	"generation\"\x1b\n" +
-	"\x19ListKnowledgeBasesRequest\"\x85\x01\n" +
+	"\x19ListKnowledgeBasesRequest\"\xae\x01\n" +
 	"\x12KnowledgeBaseState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x12%\n" +
 	"\x0edocument_count\x18\x03 \x01(\x05R\rdocumentCount\x12\x18\n" +
-	"\adomains\x18\x04 \x03(\tR\adomains\"d\n" +
+	"\adomains\x18\x04 \x03(\tR\adomains\x12'\n" +
+	"\x0fcontent_version\x18\x05 \x01(\x04R\x0econtentVersion\"d\n" +
 	"\x1aListKnowledgeBasesResponse\x12F\n" +
 	"\x0fknowledge_bases\x18\x01 \x03(\v2\x1d.quarry.v1.KnowledgeBaseStateR\x0eknowledgeBases\"\x19\n" +
 	"\x17WatchGenerationsRequest\"|\n" +

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"time"
@@ -122,6 +123,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 
 	// Knowledge bases first created by a sync get a folder beside the others.
 	cfg.Load.Write.NewRoot = cfg.KBRoot
+	cfg.Load.VersionSalt = versionSalt(fs)
 	reg := kb.NewRegistry(cfg.Load, log)
 	defer reg.Close()
 	for _, id := range sortedKeys(kbs) {
@@ -226,4 +228,26 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// versionSalt is what decides this service's answers beside the trees: every setting
+// but where it listens, and the build. Replicas of one deployment share it, and so
+// share cached answers (kb.Config.VersionSalt); a changed setting or release computes
+// afresh.
+func versionSalt(fs *flag.FlagSet) string {
+	var b strings.Builder
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != "listen" && f.Name != "metrics-addr" {
+			fmt.Fprintf(&b, "%s=%q\n", f.Name, f.Value.String())
+		}
+	})
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		fmt.Fprintf(&b, "build=%s %s\n", bi.Path, bi.Main.Version)
+		for _, st := range bi.Settings {
+			if strings.HasPrefix(st.Key, "vcs.") {
+				fmt.Fprintf(&b, "%s=%s\n", st.Key, st.Value)
+			}
+		}
+	}
+	return b.String()
 }

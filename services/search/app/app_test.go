@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"flag"
 	"io"
 	"log/slog"
 	"net"
@@ -94,4 +95,32 @@ func TestFailedStartReleasesMetricsPort(t *testing.T) {
 	telemetrytest.FailedStartReleasesMetrics(t, func(listen, metrics string) error {
 		return Run(context.Background(), []string{"-listen", listen, "-metrics-addr", metrics, "-kb", "platform=../../../examples/kb/platform", "-watch=false"}, log, nil)
 	})
+}
+
+// Replicas share a version salt, and so cached answers, when only where they listen
+// differs; any other setting makes its own.
+func TestVersionSaltFollowsTheSettingsThatDecideAnswers(t *testing.T) {
+	salt := func(args ...string) string {
+		t.Helper()
+		fs := flag.NewFlagSet("search", flag.ContinueOnError)
+		var cfg Config
+		cfg.RegisterFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return versionSalt(fs)
+	}
+	base := salt()
+	for _, tc := range []struct {
+		args []string
+		same bool
+	}{
+		{[]string{"-listen", "127.0.0.1:9999", "-metrics-addr", "127.0.0.1:9998"}, true},
+		{[]string{"-gate-direct-min", "0.9"}, false},
+		{[]string{"-rank-coverage-exponent", "0.65"}, false},
+	} {
+		if got := salt(tc.args...) == base; got != tc.same {
+			t.Errorf("%v: same salt %v, want %v", tc.args, got, tc.same)
+		}
+	}
 }

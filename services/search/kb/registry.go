@@ -5,6 +5,7 @@ package kb
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -13,7 +14,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +64,10 @@ type Config struct {
 	DataDir string
 	// Write configures the write side (KnowledgeService).
 	Write WriteConfig
+	// VersionSalt enters every content version (KB.Version) beside the tree: what else
+	// decides answers (the service's settings and build), so a replica configured or
+	// built differently does not share answers with this one. Not a flag.
+	VersionSalt string
 }
 
 // RegisterFlags registers the loading flags with their defaults.
@@ -92,13 +99,16 @@ func (c *Config) Validate() error {
 type KB struct {
 	ID         string
 	Generation uint64
-	Tree       *tree.Tree
-	Engine     engine.Backend
-	Corpus     *rank.Corpus
-	Signals    *signals.Store
-	manifests  *manifest.Cache
-	cfg        manifest.Config
-	files      int
+	// Version names the tree's content (contentVersion): replicas holding the same files
+	// agree on it, where each numbers its generations from its own clock.
+	Version   uint64
+	Tree      *tree.Tree
+	Engine    engine.Backend
+	Corpus    *rank.Corpus
+	Signals   *signals.Store
+	manifests *manifest.Cache
+	cfg       manifest.Config
+	files     int
 	// dir is where Engine persists ("" in memory); snapshots of the same tree share it.
 	dir string
 	// ref counts the snapshots sharing Engine: a write's snapshot shares its
@@ -121,6 +131,7 @@ func (k *KB) Files() int { return k.files }
 type State struct {
 	ID         string
 	Generation uint64
+	Version    uint64
 	Documents  int
 	Domains    []string
 }
@@ -245,6 +256,7 @@ func (r *Registry) loadLocked(ctx context.Context, id, dir string) (*KB, error) 
 	}
 	k := &KB{
 		ID:        id,
+		Version:   contentVersion(r.cfg.VersionSalt, t),
 		Tree:      t,
 		Engine:    idx,
 		Corpus:    corpus(),
@@ -482,7 +494,29 @@ func (r *Registry) notifyLocked(changed []State) {
 }
 
 func (k *KB) state() State {
-	return State{ID: k.ID, Generation: k.Generation, Documents: k.Tree.Len(), Domains: k.Tree.Domains()}
+	return State{ID: k.ID, Generation: k.Generation, Version: k.Version, Documents: k.Tree.Len(), Domains: k.Tree.Domains()}
+}
+
+// contentVersion names a tree's content: a hash of salt (Config.VersionSalt) and every
+// document's path and bytes (its title and body for one built in memory), in path
+// order, so every replica holding the same files, configured and built alike, computes
+// the same number whenever and in whatever order it read them. The
+// top bit is set: a version is never 0 and never equal to a generation, which counts
+// milliseconds.
+func contentVersion(salt string, t *tree.Tree) uint64 {
+	docs := slices.Clone(t.Docs)
+	slices.SortFunc(docs, func(a, b *tree.Document) int { return strings.Compare(a.Path, b.Path) })
+	h := sha256.New()
+	fmt.Fprintf(h, "%d\x00%s\x00", len(salt), salt)
+	for _, d := range docs {
+		if d.Hash != "" {
+			fmt.Fprintf(h, "%s\x00%s\x00", d.Path, d.Hash)
+			continue
+		}
+		fmt.Fprintf(h, "%s\x00%s\x00%d\x00", d.Path, d.Title, len(d.Content))
+		h.Write([]byte(d.Content))
+	}
+	return binary.BigEndian.Uint64(h.Sum(nil)) | 1<<63
 }
 
 // fingerprint identifies a tree's content, so a persisted index is reused only for the

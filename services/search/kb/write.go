@@ -872,6 +872,7 @@ func (r *Registry) apply(ctx context.Context, cur *KB, p *plan) (*KB, error) {
 	}
 	k := &KB{
 		ID:        cur.ID,
+		Version:   contentVersion(r.cfg.VersionSalt, t),
 		Tree:      t,
 		Engine:    ref.engine,
 		Corpus:    cur.Corpus.With(upserts, deletes),

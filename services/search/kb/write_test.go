@@ -358,3 +358,63 @@ func TestLearnedSignalsSurviveARestartWithADataDir(t *testing.T) {
 		t.Error("learned importance was written into the markdown")
 	}
 }
+
+// Replicas that hold the same tree agree on its content version, though each numbers
+// generations from its own clock; every change of content changes the version, a write
+// of the same bytes does not, and content put back as it was has its version back.
+func TestReplicasOfOneTreeAgreeOnItsVersion(t *testing.T) {
+	root := writeTree(t, smallTree)
+	a := load(t, newRegistry(t, defaultConfig(t)), "team", root)
+	time.Sleep(5 * time.Millisecond) // a later load: a later generation
+	bReg := newRegistry(t, defaultConfig(t))
+	b := load(t, bReg, "team", root)
+	if a.Version == 0 || a.Version != b.Version {
+		t.Fatalf("versions %x and %x of one tree, want equal and not 0", a.Version, b.Version)
+	}
+	if a.Generation == b.Generation {
+		t.Fatalf("both loads have generation %d; the test needs them apart", a.Generation)
+	}
+	// The same files elsewhere, written in another order, are the same content.
+	other := writeTree(t, smallTree)
+	if c := load(t, newRegistry(t, defaultConfig(t)), "team", other); c.Version != a.Version {
+		t.Errorf("a copy of the tree has version %x, want %x", c.Version, a.Version)
+	}
+	// A replica configured or built otherwise answers otherwise: its own versions.
+	salted := defaultConfig(t)
+	salted.VersionSalt = "rank-coverage-exponent=0.65"
+	if c := load(t, newRegistry(t, salted), "team", root); c.Version == a.Version {
+		t.Error("another salt gave the same version")
+	}
+
+	ctx := context.Background()
+	steps := []struct {
+		name    string
+		do      func() (*kb.WriteResult, error)
+		changed bool // the version differs from the original's
+	}{
+		{"a changed file", func() (*kb.WriteResult, error) {
+			return bReg.UpsertFile(ctx, "team", "ops/pager.md", []byte("# Pager\n\nChanged.\n"))
+		}, true},
+		{"the same bytes again", func() (*kb.WriteResult, error) {
+			return bReg.UpsertFile(ctx, "team", "ops/pager.md", []byte("# Pager\n\nChanged.\n"))
+		}, true},
+		{"the file put back", func() (*kb.WriteResult, error) {
+			return bReg.UpsertFile(ctx, "team", "ops/pager.md", []byte(smallTree["ops/pager.md"]))
+		}, false},
+		{"a removed file", func() (*kb.WriteResult, error) {
+			return bReg.DeleteFile(ctx, "team", "ops/backups.md")
+		}, true},
+	}
+	for _, st := range steps {
+		res, err := st.do()
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if got := res.KB.Version != a.Version; got != st.changed {
+			t.Errorf("%s: version %x, original %x: changed %v, want %v", st.name, res.KB.Version, a.Version, got, st.changed)
+		}
+		if s, _ := stateOf(bReg.States(), "team"); s.Version != res.KB.Version {
+			t.Errorf("%s: the state says version %x, the snapshot %x", st.name, s.Version, res.KB.Version)
+		}
+	}
+}

@@ -181,7 +181,7 @@ func manifestProto(m *manifest.Manifest, gen uint64) *quarryv1.GetManifestRespon
 func states(ss []kb.State) []*quarryv1.KnowledgeBaseState {
 	out := make([]*quarryv1.KnowledgeBaseState, 0, len(ss))
 	for _, s := range ss {
-		out = append(out, &quarryv1.KnowledgeBaseState{Id: s.ID, Generation: s.Generation, DocumentCount: int32(s.Documents), Domains: s.Domains})
+		out = append(out, &quarryv1.KnowledgeBaseState{Id: s.ID, Generation: s.Generation, ContentVersion: s.Version, DocumentCount: int32(s.Documents), Domains: s.Domains})
 	}
 	return out
 }

@@ -55,6 +55,7 @@ func (s *Server) Resolve(ctx context.Context, req *quarryv1.ResolveRequest) (*qu
 		Answer:           r.Answer,
 		FallbackDegraded: r.FallbackDegraded,
 		Generation:       r.KB.Generation,
+		ContentVersion:   r.KB.Version,
 	}
 	if r.Route != gate.OutOfDomain {
 		resp.Sources = sources(r.Results, r.Excerpts)

@@ -39,16 +39,18 @@ class GetManifestResponse(_message.Message):
     def __init__(self, summaries: _Optional[_Union[ManifestLane, _Mapping]] = ..., contexts: _Optional[_Union[ManifestLane, _Mapping]] = ..., stubs: _Optional[_Union[ManifestLane, _Mapping]] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class KnowledgeBaseState(_message.Message):
-    __slots__ = ["document_count", "domains", "generation", "id"]
+    __slots__ = ["content_version", "document_count", "domains", "generation", "id"]
+    CONTENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     DOMAINS_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
+    content_version: int
     document_count: int
     domains: _containers.RepeatedScalarFieldContainer[str]
     generation: int
     id: str
-    def __init__(self, id: _Optional[str] = ..., generation: _Optional[int] = ..., document_count: _Optional[int] = ..., domains: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., generation: _Optional[int] = ..., document_count: _Optional[int] = ..., domains: _Optional[_Iterable[str]] = ..., content_version: _Optional[int] = ...) -> None: ...
 
 class ListFolderRequest(_message.Message):
     __slots__ = ["knowledge_base", "path"]
@@ -129,8 +131,9 @@ class ResolveRequest(_message.Message):
     def __init__(self, knowledge_base: _Optional[str] = ..., query: _Optional[str] = ..., explain: bool = ...) -> None: ...
 
 class ResolveResponse(_message.Message):
-    __slots__ = ["answer", "fallback_degraded", "gate", "generation", "prefetched", "route", "sources", "stages"]
+    __slots__ = ["answer", "content_version", "fallback_degraded", "gate", "generation", "prefetched", "route", "sources", "stages"]
     ANSWER_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     FALLBACK_DEGRADED_FIELD_NUMBER: _ClassVar[int]
     GATE_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
@@ -139,6 +142,7 @@ class ResolveResponse(_message.Message):
     SOURCES_FIELD_NUMBER: _ClassVar[int]
     STAGES_FIELD_NUMBER: _ClassVar[int]
     answer: str
+    content_version: int
     fallback_degraded: bool
     gate: _types_pb2.GateTrace
     generation: int
@@ -146,7 +150,7 @@ class ResolveResponse(_message.Message):
     route: _types_pb2.Tier
     sources: _containers.RepeatedCompositeFieldContainer[_types_pb2.Source]
     stages: _containers.RepeatedCompositeFieldContainer[_types_pb2.StageTiming]
-    def __init__(self, route: _Optional[_Union[_types_pb2.Tier, str]] = ..., answer: _Optional[str] = ..., fallback_degraded: bool = ..., sources: _Optional[_Iterable[_Union[_types_pb2.Source, _Mapping]]] = ..., prefetched: _Optional[_Iterable[_Union[_types_pb2.Document, _Mapping]]] = ..., generation: _Optional[int] = ..., gate: _Optional[_Union[_types_pb2.GateTrace, _Mapping]] = ..., stages: _Optional[_Iterable[_Union[_types_pb2.StageTiming, _Mapping]]] = ...) -> None: ...
+    def __init__(self, route: _Optional[_Union[_types_pb2.Tier, str]] = ..., answer: _Optional[str] = ..., fallback_degraded: bool = ..., sources: _Optional[_Iterable[_Union[_types_pb2.Source, _Mapping]]] = ..., prefetched: _Optional[_Iterable[_Union[_types_pb2.Document, _Mapping]]] = ..., generation: _Optional[int] = ..., gate: _Optional[_Union[_types_pb2.GateTrace, _Mapping]] = ..., stages: _Optional[_Iterable[_Union[_types_pb2.StageTiming, _Mapping]]] = ..., content_version: _Optional[int] = ...) -> None: ...
 
 class SearchRequest(_message.Message):
     __slots__ = ["knowledge_base", "limit", "query", "scope"]
