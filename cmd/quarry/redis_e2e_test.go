@@ -35,6 +35,8 @@ import (
 	searchserver "github.com/quarry-router/quarry/services/search/server"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 )
 
 // These tests run gateway replicas that share one real redis-server, each on its own
@@ -742,4 +744,47 @@ func metricSum(t *testing.T, tel *telemetry.Telemetry, name, label string) int {
 		}
 	}
 	return n
+}
+
+// TestTwoSearchReplicasShareOneCache runs the deployment's shape: two search replicas
+// holding the same tree, loaded at different moments and so numbering its generation
+// differently, given to the gateways together (as DNS gives a headless Service's pods),
+// and two gateway replicas on one Redis. Each question is asked on one gateway and then
+// on the other: the second is a cache hit whichever search replica computed the answer,
+// and both computed some.
+func TestTwoSearchReplicasShareOneCache(t *testing.T) {
+	s1 := startReloadableSearch(t)
+	time.Sleep(2 * time.Millisecond)
+	s2 := startReloadableSearch(t)
+	k1, _ := s1.reg.Get(exampleKB)
+	k2, _ := s2.reg.Get(exampleKB)
+	if k1.Version != k2.Version || k1.Generation == k2.Generation {
+		t.Fatalf("test premise: versions %x and %x (want equal), generations %d and %d (want apart)",
+			k1.Version, k2.Version, k1.Generation, k2.Generation)
+	}
+	r := manual.NewBuilderWithScheme("quarry-two-search")
+	r.InitialState(resolver.State{Addresses: []resolver.Address{{Addr: s1.addr}, {Addr: s2.addr}}})
+	resolver.Register(r)
+	srv := redistest.Start(t)
+	log := e2eLog()
+	a := startReplica(t, "quarry-two-search:///search", srv.Addr, log)
+	b := startReplica(t, "quarry-two-search:///search", srv.Addr, log)
+
+	qs, err := readQuestions("../../examples/questions.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs[:12] {
+		first := askOn(t, a, q)
+		if first.GetFromCache() {
+			t.Fatalf("%q: the first ask came from the cache", q)
+		}
+		if again := askOn(t, b, q); !again.GetFromCache() {
+			t.Errorf("%q asked again on the other gateway: %v, not from the cache (computed under generation %d; cache trace %v)",
+				q, again.GetTier(), first.GetGeneration(), again.GetExplain().GetCache())
+		}
+	}
+	if s1.resolves.Load() == 0 || s2.resolves.Load() == 0 {
+		t.Errorf("Resolve calls: %d and %d; want both search replicas to have answered", s1.resolves.Load(), s2.resolves.Load())
+	}
 }
