@@ -13,6 +13,7 @@ import (
 
 	gatewayapp "github.com/quarry-router/quarry/gateway/app"
 	"github.com/quarry-router/quarry/gateway/cache"
+	"github.com/quarry-router/quarry/gateway/generations"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/quarry-router/quarry/platform/text"
@@ -98,7 +99,13 @@ func newBenchEnv() (*benchEnv, error) {
 	return env, nil
 }
 
-// fill puts benchCached answers into the gateway's cache under the current generation,
+// cacheKey is what the gateway caches an answer under: its content version, or its
+// generation from a search service that reports none (generations.State.CacheKey).
+func cacheKey(r *quarryv1.QueryResponse) uint64 {
+	return generations.State{Generation: r.GetGeneration(), Version: r.GetContentVersion()}.CacheKey()
+}
+
+// fill puts benchCached answers into the gateway's cache under the current content version,
 // each a real T2 answer's bytes, keyed by questions of the generated vocabulary.
 func (e *benchEnv) fill() error {
 	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
@@ -118,7 +125,7 @@ func (e *benchEnv) fill() error {
 		if round := i / half; round > 0 {
 			q = fmt.Sprintf("%s in region %d", q, round)
 		}
-		err := e.store.Put(ctx, &cache.Entry{KB: benchKB, Generation: sample.Generation, Query: text.Normalise(q), Tokens: text.Tokens(q), Value: value})
+		err := e.store.Put(ctx, &cache.Entry{KB: benchKB, Generation: cacheKey(sample), Query: text.Normalise(q), Tokens: text.Tokens(q), Value: value})
 		if err != nil {
 			return err
 		}

@@ -50,6 +50,7 @@ type redisBenchEnv struct {
 	par      quarryv1.QueryServiceClient
 	health   healthpb.HealthClient // replica A's
 	gen      uint64
+	key      uint64 // what the replicas cache answers under: the content version
 	bumped   uint64 // the replicas' view of the generation after the last bump
 	value    []byte // a real T2 answer, as cached
 	getKey   string // an entry's key, for the baseline GET
@@ -128,9 +129,9 @@ func newRedisBenchEnv(base *benchEnv) (*redisBenchEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.gen, e.value = sample.GetGeneration(), value
+	e.gen, e.key, e.value = sample.GetGeneration(), cacheKey(sample), value
 	e.bumped = e.gen
-	stub, err := startIdleSearch(e.gen)
+	stub, err := startIdleSearch(e.gen, sample.GetContentVersion())
 	if err != nil {
 		return nil, err
 	}
@@ -141,16 +142,16 @@ func newRedisBenchEnv(base *benchEnv) (*redisBenchEnv, error) {
 	cfg.MaxEntries, cfg.TTL = 2*benchCached, time.Hour
 	e.store = cache.NewRedis(e.client, cfg, rc, time.Now, nil)
 	for _, q := range base.cached {
-		en := &cache.Entry{KB: benchKB, Generation: e.gen, Query: text.Normalise(q), Tokens: text.Tokens(q), Value: value}
+		en := &cache.Entry{KB: benchKB, Generation: e.key, Query: text.Normalise(q), Tokens: text.Tokens(q), Value: value}
 		if err := e.store.Put(ctx, en); err != nil {
 			return nil, err
 		}
 	}
 	// Load the fuzzy lookup's script into Redis, as the first lookup after a restart does.
-	if _, _, err := e.store.Similar(ctx, benchKB, e.gen, text.Tokens(base.cached[0])); err != nil {
+	if _, _, err := e.store.Similar(ctx, benchKB, e.key, text.Tokens(base.cached[0])); err != nil {
 		return nil, err
 	}
-	e.getKey = e.store.EntryKey(benchKB, e.gen, text.Normalise(base.cached[0]))
+	e.getKey = e.store.EntryKey(benchKB, e.key, text.Normalise(base.cached[0]))
 	n, err := e.client.DBSize(ctx).Result()
 	if err != nil {
 		return nil, err
@@ -353,9 +354,15 @@ func BenchmarkRedisSpeedBars(b *testing.B) {
 		pub := generations.NewShared(e.client, redisBenchPrefix, nil)
 		gen := e.bumped
 		defer func() { e.bumped = gen }()
+		// The first round caches under the search's content version; a published bump
+		// names no version, so the replicas then key by its generation.
+		key := e.key
+		if gen != e.gen {
+			key = gen
+		}
 		var lat []time.Duration
 		for range redisBenchBumps {
-			en := &cache.Entry{KB: benchKB, Generation: gen, Query: text.Normalise(q), Tokens: text.Tokens(q), Value: e.value}
+			en := &cache.Entry{KB: benchKB, Generation: key, Query: text.Normalise(q), Tokens: text.Tokens(q), Value: e.value}
 			if err := e.store.Put(ctx, en); err != nil {
 				b.Fatal(err)
 			}
@@ -365,6 +372,7 @@ func BenchmarkRedisSpeedBars(b *testing.B) {
 				}
 			}
 			gen++
+			key = gen
 			began := time.Now()
 			if err := pub.Publish(ctx, benchKB, generations.State{Generation: gen}); err != nil {
 				b.Fatal(err)
@@ -460,11 +468,11 @@ func (p *benchPicker) next() int {
 // leaves every Resolve waiting until it is cancelled.
 type idleSearch struct {
 	quarryv1.UnimplementedSearchServiceServer
-	gen uint64
+	gen, version uint64
 }
 
 func (s idleSearch) WatchGenerations(_ *quarryv1.WatchGenerationsRequest, stream quarryv1.SearchService_WatchGenerationsServer) error {
-	if err := stream.Send(&quarryv1.WatchGenerationsResponse{KnowledgeBases: []*quarryv1.KnowledgeBaseState{{Id: benchKB, Generation: s.gen}}}); err != nil {
+	if err := stream.Send(&quarryv1.WatchGenerationsResponse{KnowledgeBases: []*quarryv1.KnowledgeBaseState{{Id: benchKB, Generation: s.gen, ContentVersion: s.version}}}); err != nil {
 		return err
 	}
 	<-stream.Context().Done()
@@ -477,13 +485,13 @@ func (idleSearch) Resolve(ctx context.Context, _ *quarryv1.ResolveRequest) (*qua
 }
 
 // startIdleSearch serves an idleSearch for as long as the benchmark binary lives.
-func startIdleSearch(gen uint64) (string, error) {
+func startIdleSearch(gen, version uint64) (string, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
 	srv := grpc.NewServer()
-	quarryv1.RegisterSearchServiceServer(srv, idleSearch{gen: gen})
+	quarryv1.RegisterSearchServiceServer(srv, idleSearch{gen: gen, version: version})
 	go func() { _ = srv.Serve(lis) }()
 	return lis.Addr().String(), nil
 }

@@ -447,12 +447,13 @@ func (r *Router) resolveFn(kb, query, norm string, tokens []string, gen, key uin
 		case quarryv1.Tier_TIER_OUT_OF_DOMAIN, quarryv1.Tier_TIER_DIRECT:
 			g := answerGen(res, gen)
 			out.resp = &quarryv1.QueryResponse{
-				Tier:          res.GetRoute(),
-				OriginTier:    res.GetRoute(),
-				Answer:        res.GetAnswer(),
-				Sources:       res.GetSources(),
-				KnowledgeBase: kb,
-				Generation:    g,
+				Tier:           res.GetRoute(),
+				OriginTier:     res.GetRoute(),
+				Answer:         res.GetAnswer(),
+				Sources:        res.GetSources(),
+				KnowledgeBase:  kb,
+				Generation:     g,
+				ContentVersion: res.GetContentVersion(),
 			}
 			out.stored = r.put(ctx, kb, answerKey(res, key), norm, tokens, out.resp)
 		}
@@ -547,6 +548,7 @@ func (r *Router) answerFn(kb, query, norm string, tokens []string, gen, key uint
 			DegradedReason: a.GetDegradedReason(),
 			KnowledgeBase:  kb,
 			Generation:     gen,
+			ContentVersion: res.GetContentVersion(),
 		}
 		out := answered{resp: resp, llm: a.GetLlm()}
 		if !resp.GetDegraded() {
@@ -580,6 +582,7 @@ func degraded(kb string, res *quarryv1.ResolveResponse, gen uint64, reason strin
 		DegradedReason: reason,
 		KnowledgeBase:  kb,
 		Generation:     gen,
+		ContentVersion: res.GetContentVersion(),
 	}
 }
 
@@ -645,6 +648,7 @@ func shallowCopy(r *quarryv1.QueryResponse) *quarryv1.QueryResponse {
 		DegradedReason: r.GetDegradedReason(),
 		KnowledgeBase:  r.GetKnowledgeBase(),
 		Generation:     r.GetGeneration(),
+		ContentVersion: r.GetContentVersion(),
 	}
 }
 

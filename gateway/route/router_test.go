@@ -21,6 +21,7 @@ import (
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -941,5 +942,44 @@ func TestAnUnavailableCacheIsTracedButNotLoggedPerQuery(t *testing.T) {
 				t.Fatalf("%d warnings for 10 queries, want logged=%v", h.n.Load(), c.logs)
 			}
 		})
+	}
+}
+
+// shallowCopy copies every field of a response but the two each caller sets (elapsed
+// and explain): a field added to QueryResponse and not to it would go missing from every
+// coalesced answer.
+func TestShallowCopyCopiesEveryField(t *testing.T) {
+	src := &quarryv1.QueryResponse{}
+	m := src.ProtoReflect()
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() {
+		f := fields.Get(i)
+		switch {
+		case f.IsList():
+			l := m.Mutable(f).List()
+			l.Append(l.NewElement())
+		case f.Message() != nil:
+			m.Mutable(f)
+		case f.Kind() == protoreflect.StringKind:
+			m.Set(f, protoreflect.ValueOfString("x"))
+		case f.Kind() == protoreflect.BoolKind:
+			m.Set(f, protoreflect.ValueOfBool(true))
+		case f.Kind() == protoreflect.EnumKind:
+			m.Set(f, protoreflect.ValueOfEnum(1))
+		case f.Kind() == protoreflect.Uint64Kind:
+			m.Set(f, protoreflect.ValueOfUint64(1))
+		default:
+			t.Fatalf("field %s of kind %v: teach this test to set it", f.Name(), f.Kind())
+		}
+	}
+	got := shallowCopy(src).ProtoReflect()
+	for i := range fields.Len() {
+		f := fields.Get(i)
+		if name := f.Name(); name == "elapsed" || name == "explain" {
+			continue
+		}
+		if !got.Has(f) {
+			t.Errorf("shallowCopy leaves out %s", f.Name())
+		}
 	}
 }

@@ -127,9 +127,14 @@ type QueryResponse struct {
 	// network time is not included.
 	Elapsed *durationpb.Duration `protobuf:"bytes,10,opt,name=elapsed,proto3" json:"elapsed,omitempty"`
 	// Routing trace, present only when the request set explain.
-	Explain       *Explain `protobuf:"bytes,11,opt,name=explain,proto3" json:"explain,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Explain *Explain `protobuf:"bytes,11,opt,name=explain,proto3" json:"explain,omitempty"`
+	// Version of the knowledge base's content the answer was computed from (see
+	// KnowledgeBaseState.content_version); cached answers are kept under it, and the same
+	// question over the same content gets the same version whichever search replica
+	// answered. 0 when the search service reported none.
+	ContentVersion uint64 `protobuf:"varint,12,opt,name=content_version,json=contentVersion,proto3" json:"content_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *QueryResponse) Reset() {
@@ -237,6 +242,13 @@ func (x *QueryResponse) GetExplain() *Explain {
 		return x.Explain
 	}
 	return nil
+}
+
+func (x *QueryResponse) GetContentVersion() uint64 {
+	if x != nil {
+		return x.ContentVersion
+	}
+	return 0
 }
 
 // QueryStreamRequest is the same request as Query.
@@ -381,7 +393,7 @@ const file_quarry_v1_query_proto_rawDesc = "" +
 	"\fQueryRequest\x12%\n" +
 	"\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x14\n" +
 	"\x05query\x18\x02 \x01(\tR\x05query\x12\x18\n" +
-	"\aexplain\x18\x03 \x01(\bR\aexplain\"\xb9\x03\n" +
+	"\aexplain\x18\x03 \x01(\bR\aexplain\"\xe2\x03\n" +
 	"\rQueryResponse\x12#\n" +
 	"\x04tier\x18\x01 \x01(\x0e2\x0f.quarry.v1.TierR\x04tier\x120\n" +
 	"\vorigin_tier\x18\x02 \x01(\x0e2\x0f.quarry.v1.TierR\n" +
@@ -398,7 +410,8 @@ const file_quarry_v1_query_proto_rawDesc = "" +
 	"generation\x123\n" +
 	"\aelapsed\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\aelapsed\x12,\n" +
-	"\aexplain\x18\v \x01(\v2\x12.quarry.v1.ExplainR\aexplain\"G\n" +
+	"\aexplain\x18\v \x01(\v2\x12.quarry.v1.ExplainR\aexplain\x12'\n" +
+	"\x0fcontent_version\x18\f \x01(\x04R\x0econtentVersion\"G\n" +
 	"\x12QueryStreamRequest\x121\n" +
 	"\arequest\x18\x01 \x01(\v2\x17.quarry.v1.QueryRequestR\arequest\"h\n" +
 	"\x13QueryStreamResponse\x12\x16\n" +

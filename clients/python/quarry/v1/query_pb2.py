@@ -15,7 +15,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from quarry.v1 import types_pb2 as quarry_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15quarry/v1/query.proto\x12\tquarry.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x15quarry/v1/types.proto\"e\n\x0cQueryRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x14\n\x05query\x18\x02 \x01(\tR\x05query\x12\x18\n\x07\x65xplain\x18\x03 \x01(\x08R\x07\x65xplain\"\xb9\x03\n\rQueryResponse\x12#\n\x04tier\x18\x01 \x01(\x0e\x32\x0f.quarry.v1.TierR\x04tier\x12\x30\n\x0borigin_tier\x18\x02 \x01(\x0e\x32\x0f.quarry.v1.TierR\noriginTier\x12\x1d\n\nfrom_cache\x18\x03 \x01(\x08R\tfromCache\x12\x16\n\x06\x61nswer\x18\x04 \x01(\tR\x06\x61nswer\x12+\n\x07sources\x18\x05 \x03(\x0b\x32\x11.quarry.v1.SourceR\x07sources\x12\x1a\n\x08\x64\x65graded\x18\x06 \x01(\x08R\x08\x64\x65graded\x12\'\n\x0f\x64\x65graded_reason\x18\x07 \x01(\tR\x0e\x64\x65gradedReason\x12%\n\x0eknowledge_base\x18\x08 \x01(\tR\rknowledgeBase\x12\x1e\n\ngeneration\x18\t \x01(\x04R\ngeneration\x12\x33\n\x07\x65lapsed\x18\n \x01(\x0b\x32\x19.google.protobuf.DurationR\x07\x65lapsed\x12,\n\x07\x65xplain\x18\x0b \x01(\x0b\x32\x12.quarry.v1.ExplainR\x07\x65xplain\"G\n\x12QueryStreamRequest\x12\x31\n\x07request\x18\x01 \x01(\x0b\x32\x17.quarry.v1.QueryRequestR\x07request\"h\n\x13QueryStreamResponse\x12\x16\n\x05\x64\x65lta\x18\x01 \x01(\tH\x00R\x05\x64\x65lta\x12\x30\n\x05\x66inal\x18\x02 \x01(\x0b\x32\x18.quarry.v1.QueryResponseH\x00R\x05\x66inalB\x07\n\x05\x65vent2\x9a\x01\n\x0cQueryService\x12:\n\x05Query\x12\x17.quarry.v1.QueryRequest\x1a\x18.quarry.v1.QueryResponse\x12N\n\x0bQueryStream\x12\x1d.quarry.v1.QueryStreamRequest\x1a\x1e.quarry.v1.QueryStreamResponse0\x01\x42\x38Z6github.com/quarry-router/quarry/gen/quarry/v1;quarryv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15quarry/v1/query.proto\x12\tquarry.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x15quarry/v1/types.proto\"e\n\x0cQueryRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x14\n\x05query\x18\x02 \x01(\tR\x05query\x12\x18\n\x07\x65xplain\x18\x03 \x01(\x08R\x07\x65xplain\"\xe2\x03\n\rQueryResponse\x12#\n\x04tier\x18\x01 \x01(\x0e\x32\x0f.quarry.v1.TierR\x04tier\x12\x30\n\x0borigin_tier\x18\x02 \x01(\x0e\x32\x0f.quarry.v1.TierR\noriginTier\x12\x1d\n\nfrom_cache\x18\x03 \x01(\x08R\tfromCache\x12\x16\n\x06\x61nswer\x18\x04 \x01(\tR\x06\x61nswer\x12+\n\x07sources\x18\x05 \x03(\x0b\x32\x11.quarry.v1.SourceR\x07sources\x12\x1a\n\x08\x64\x65graded\x18\x06 \x01(\x08R\x08\x64\x65graded\x12\'\n\x0f\x64\x65graded_reason\x18\x07 \x01(\tR\x0e\x64\x65gradedReason\x12%\n\x0eknowledge_base\x18\x08 \x01(\tR\rknowledgeBase\x12\x1e\n\ngeneration\x18\t \x01(\x04R\ngeneration\x12\x33\n\x07\x65lapsed\x18\n \x01(\x0b\x32\x19.google.protobuf.DurationR\x07\x65lapsed\x12,\n\x07\x65xplain\x18\x0b \x01(\x0b\x32\x12.quarry.v1.ExplainR\x07\x65xplain\x12\'\n\x0f\x63ontent_version\x18\x0c \x01(\x04R\x0e\x63ontentVersion\"G\n\x12QueryStreamRequest\x12\x31\n\x07request\x18\x01 \x01(\x0b\x32\x17.quarry.v1.QueryRequestR\x07request\"h\n\x13QueryStreamResponse\x12\x16\n\x05\x64\x65lta\x18\x01 \x01(\tH\x00R\x05\x64\x65lta\x12\x30\n\x05\x66inal\x18\x02 \x01(\x0b\x32\x18.quarry.v1.QueryResponseH\x00R\x05\x66inalB\x07\n\x05\x65vent2\x9a\x01\n\x0cQueryService\x12:\n\x05Query\x12\x17.quarry.v1.QueryRequest\x1a\x18.quarry.v1.QueryResponse\x12N\n\x0bQueryStream\x12\x1d.quarry.v1.QueryStreamRequest\x1a\x1e.quarry.v1.QueryStreamResponse0\x01\x42\x38Z6github.com/quarry-router/quarry/gen/quarry/v1;quarryv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'quarry.v1.query_pb2', globals())
@@ -26,11 +26,11 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _QUERYREQUEST._serialized_start=91
   _QUERYREQUEST._serialized_end=192
   _QUERYRESPONSE._serialized_start=195
-  _QUERYRESPONSE._serialized_end=636
-  _QUERYSTREAMREQUEST._serialized_start=638
-  _QUERYSTREAMREQUEST._serialized_end=709
-  _QUERYSTREAMRESPONSE._serialized_start=711
-  _QUERYSTREAMRESPONSE._serialized_end=815
-  _QUERYSERVICE._serialized_start=818
-  _QUERYSERVICE._serialized_end=972
+  _QUERYRESPONSE._serialized_end=677
+  _QUERYSTREAMREQUEST._serialized_start=679
+  _QUERYSTREAMREQUEST._serialized_end=750
+  _QUERYSTREAMRESPONSE._serialized_start=752
+  _QUERYSTREAMRESPONSE._serialized_end=856
+  _QUERYSERVICE._serialized_start=859
+  _QUERYSERVICE._serialized_end=1013
 # @@protoc_insertion_point(module_scope)

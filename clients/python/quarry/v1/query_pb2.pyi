@@ -18,8 +18,9 @@ class QueryRequest(_message.Message):
     def __init__(self, knowledge_base: _Optional[str] = ..., query: _Optional[str] = ..., explain: bool = ...) -> None: ...
 
 class QueryResponse(_message.Message):
-    __slots__ = ["answer", "degraded", "degraded_reason", "elapsed", "explain", "from_cache", "generation", "knowledge_base", "origin_tier", "sources", "tier"]
+    __slots__ = ["answer", "content_version", "degraded", "degraded_reason", "elapsed", "explain", "from_cache", "generation", "knowledge_base", "origin_tier", "sources", "tier"]
     ANSWER_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +32,7 @@ class QueryResponse(_message.Message):
     SOURCES_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
     answer: str
+    content_version: int
     degraded: bool
     degraded_reason: str
     elapsed: _duration_pb2.Duration
@@ -41,7 +43,7 @@ class QueryResponse(_message.Message):
     origin_tier: _types_pb2.Tier
     sources: _containers.RepeatedCompositeFieldContainer[_types_pb2.Source]
     tier: _types_pb2.Tier
-    def __init__(self, tier: _Optional[_Union[_types_pb2.Tier, str]] = ..., origin_tier: _Optional[_Union[_types_pb2.Tier, str]] = ..., from_cache: bool = ..., answer: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[_types_pb2.Source, _Mapping]]] = ..., degraded: bool = ..., degraded_reason: _Optional[str] = ..., knowledge_base: _Optional[str] = ..., generation: _Optional[int] = ..., elapsed: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., explain: _Optional[_Union[_types_pb2.Explain, _Mapping]] = ...) -> None: ...
+    def __init__(self, tier: _Optional[_Union[_types_pb2.Tier, str]] = ..., origin_tier: _Optional[_Union[_types_pb2.Tier, str]] = ..., from_cache: bool = ..., answer: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[_types_pb2.Source, _Mapping]]] = ..., degraded: bool = ..., degraded_reason: _Optional[str] = ..., knowledge_base: _Optional[str] = ..., generation: _Optional[int] = ..., elapsed: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., explain: _Optional[_Union[_types_pb2.Explain, _Mapping]] = ..., content_version: _Optional[int] = ...) -> None: ...
 
 class QueryStreamRequest(_message.Message):
     __slots__ = ["request"]
