@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"debug/elf"
 	"errors"
 	"flag"
 	"fmt"
@@ -241,7 +242,9 @@ func versionSalt(fs *flag.FlagSet) string {
 			fmt.Fprintf(&b, "%s=%q\n", f.Name, f.Value.String())
 		}
 	})
-	if bi, ok := debug.ReadBuildInfo(); ok {
+	if id := goBuildID(); id != "" {
+		fmt.Fprintf(&b, "buildid=%s\n", id)
+	} else if bi, ok := debug.ReadBuildInfo(); ok {
 		fmt.Fprintf(&b, "build=%s %s\n", bi.Path, bi.Main.Version)
 		for _, st := range bi.Settings {
 			if strings.HasPrefix(st.Key, "vcs.") {
@@ -250,4 +253,29 @@ func versionSalt(fs *flag.FlagSet) string {
 		}
 	}
 	return b.String()
+}
+
+// goBuildID is the Go build ID of this executable (its ELF note), which changes with any
+// change to the code it was built from, where the module version of a binary built
+// without version control information says "(devel)" for every build. "" where the
+// executable is not ELF or cannot be read.
+func goBuildID() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	f, err := elf.Open(exe)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sec := f.Section(".note.go.buildid")
+	if sec == nil {
+		return ""
+	}
+	data, err := sec.Data()
+	if err != nil {
+		return ""
+	}
+	return string(data)
 }

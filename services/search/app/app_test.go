@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -122,5 +123,15 @@ func TestVersionSaltFollowsTheSettingsThatDecideAnswers(t *testing.T) {
 		if got := salt(tc.args...) == base; got != tc.same {
 			t.Errorf("%v: same salt %v, want %v", tc.args, got, tc.same)
 		}
+	}
+}
+
+func TestGoBuildIDNamesThisBuild(t *testing.T) {
+	id := goBuildID()
+	if runtime.GOOS == "linux" && id == "" {
+		t.Fatal("no Go build ID read from this executable")
+	}
+	if id != goBuildID() {
+		t.Fatal("the build ID changed between two reads")
 	}
 }
