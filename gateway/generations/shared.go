@@ -300,9 +300,10 @@ type Combined struct {
 }
 
 // State implements route.Generations: the search service's state, or the shared
-// view's when its generation is greater. Search replicas holding the same tree report
-// the same version under different generations, so the greater generation still names
-// the content this replica's own search holds, and answers from either are shared.
+// view's when its generation is greater. The shared view may hold another search
+// replica's generation of the very content this gateway's own search holds (replicas
+// number generations from their own clocks); its version is then the same, and so is
+// where answers are cached.
 func (c Combined) State(kb string) (State, bool, error) {
 	local, ok, err := c.Local.State(kb)
 	if err != nil || !ok {
