@@ -520,12 +520,13 @@ func (c *call) agentAnswer(ctx context.Context, res *quarryv1.ResolveResponse, o
 func (r *Router) answerFn(kb, query, norm string, tokens []string, gen, key uint64, res *quarryv1.ResolveResponse) func(context.Context, func(string)) (answered, error) {
 	return func(ctx context.Context, publish func(string)) (answered, error) {
 		a, err := r.agent.Answer(ctx, &quarryv1.AnswerRequest{
-			KnowledgeBase: kb,
-			Query:         query,
-			Tier:          res.GetRoute(),
-			Prefetched:    res.GetPrefetched(),
-			Sources:       res.GetSources(),
-			Generation:    gen,
+			KnowledgeBase:  kb,
+			Query:          query,
+			Tier:           res.GetRoute(),
+			Prefetched:     res.GetPrefetched(),
+			Sources:        res.GetSources(),
+			Generation:     gen,
+			ContentVersion: res.GetContentVersion(),
 		}, publish)
 		if err != nil {
 			reason := agentFailure(err)

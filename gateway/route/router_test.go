@@ -624,6 +624,14 @@ func TestAgentAnswerIsStreamedAndCached(t *testing.T) {
 		}, nil
 	})
 	h := newHarness(t, agent)
+	const version = 1<<63 | 5
+	h.gens.versions = map[string]uint64{"kb": version}
+	base := canned(h.gens)
+	h.res.set(func(ctx context.Context, req *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error) {
+		res, err := base(ctx, req)
+		res.ContentVersion = version
+		return res, err
+	})
 	var streamed strings.Builder
 	resp, err := h.router.Query(context.Background(),
 		&quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "What is our design review process?", Explain: true},
@@ -635,8 +643,11 @@ func TestAgentAnswerIsStreamedAndCached(t *testing.T) {
 	if streamed.String() != resp.GetAnswer() || resp.GetDegraded() {
 		t.Fatalf("streamed %q, final %q (degraded %v); want the deltas to make up the answer", streamed.String(), resp.GetAnswer(), resp.GetDegraded())
 	}
-	if got.GetTier() != quarryv1.Tier_TIER_SINGLE_LLM || got.GetGeneration() != 1 || got.GetKnowledgeBase() != "kb" {
-		t.Fatalf("agent asked %v, want the routed tier and generation", got)
+	if got.GetTier() != quarryv1.Tier_TIER_SINGLE_LLM || got.GetGeneration() != 1 || got.GetContentVersion() != version || got.GetKnowledgeBase() != "kb" {
+		t.Fatalf("agent asked %v, want the routed tier, generation and content version", got)
+	}
+	if resp.GetContentVersion() != version {
+		t.Fatalf("answer's content version %x, want %x", resp.GetContentVersion(), uint64(version))
 	}
 	if paths := []string{resp.GetSources()[0].GetPath(), resp.GetSources()[1].GetPath()}; len(resp.GetSources()) != 2 ||
 		paths[0] != "arch/design.md" || paths[1] != "arch/reviews.md" {

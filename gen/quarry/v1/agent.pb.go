@@ -36,9 +36,12 @@ type AnswerRequest struct {
 	// Ranked sources the search found, best first (ResolveResponse.sources).
 	Sources []*Source `protobuf:"bytes,5,rep,name=sources,proto3" json:"sources,omitempty"`
 	// Generation the routing decision was made under (ResolveResponse.generation).
-	Generation    uint64 `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Generation uint64 `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Version of the content the routing decision was made on
+	// (ResolveResponse.content_version); 0 when the search service reported none.
+	ContentVersion uint64 `protobuf:"varint,7,opt,name=content_version,json=contentVersion,proto3" json:"content_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AnswerRequest) Reset() {
@@ -109,6 +112,13 @@ func (x *AnswerRequest) GetSources() []*Source {
 func (x *AnswerRequest) GetGeneration() uint64 {
 	if x != nil {
 		return x.Generation
+	}
+	return 0
+}
+
+func (x *AnswerRequest) GetContentVersion() uint64 {
+	if x != nil {
+		return x.ContentVersion
 	}
 	return 0
 }
@@ -287,7 +297,7 @@ var File_quarry_v1_agent_proto protoreflect.FileDescriptor
 
 const file_quarry_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x15quarry/v1/agent.proto\x12\tquarry.v1\x1a\x15quarry/v1/types.proto\"\xf3\x01\n" +
+	"\x15quarry/v1/agent.proto\x12\tquarry.v1\x1a\x15quarry/v1/types.proto\"\x9c\x02\n" +
 	"\rAnswerRequest\x12%\n" +
 	"\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x14\n" +
 	"\x05query\x18\x02 \x01(\tR\x05query\x12#\n" +
@@ -298,7 +308,8 @@ const file_quarry_v1_agent_proto_rawDesc = "" +
 	"\asources\x18\x05 \x03(\v2\x11.quarry.v1.SourceR\asources\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x06 \x01(\x04R\n" +
-	"generation\"\xbe\x01\n" +
+	"generation\x12'\n" +
+	"\x0fcontent_version\x18\a \x01(\x04R\x0econtentVersion\"\xbe\x01\n" +
 	"\vAgentAnswer\x12\x16\n" +
 	"\x06answer\x18\x01 \x01(\tR\x06answer\x12+\n" +
 	"\asources\x18\x02 \x03(\v2\x11.quarry.v1.SourceR\asources\x12\x1a\n" +

@@ -854,9 +854,12 @@ type GetManifestResponse struct {
 	// Archived stubs; budget 500 tokens by default.
 	Stubs *ManifestLane `protobuf:"bytes,3,opt,name=stubs,proto3" json:"stubs,omitempty"`
 	// Generation the manifest was built for.
-	Generation    uint64 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Generation uint64 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Version of the content the manifest was built from
+	// (KnowledgeBaseState.content_version).
+	ContentVersion uint64 `protobuf:"varint,5,opt,name=content_version,json=contentVersion,proto3" json:"content_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetManifestResponse) Reset() {
@@ -913,6 +916,13 @@ func (x *GetManifestResponse) GetStubs() *ManifestLane {
 func (x *GetManifestResponse) GetGeneration() uint64 {
 	if x != nil {
 		return x.Generation
+	}
+	return 0
+}
+
+func (x *GetManifestResponse) GetContentVersion() uint64 {
+	if x != nil {
+		return x.ContentVersion
 	}
 	return 0
 }
@@ -1251,14 +1261,15 @@ const file_quarry_v1_search_proto_rawDesc = "" +
 	"\rbudget_tokens\x18\x02 \x01(\x05R\fbudgetTokens\x12\x1f\n" +
 	"\vused_tokens\x18\x03 \x01(\x05R\n" +
 	"usedTokens\x12\x18\n" +
-	"\aomitted\x18\x04 \x01(\x05R\aomitted\"\xd0\x01\n" +
+	"\aomitted\x18\x04 \x01(\x05R\aomitted\"\xf9\x01\n" +
 	"\x13GetManifestResponse\x125\n" +
 	"\tsummaries\x18\x01 \x01(\v2\x17.quarry.v1.ManifestLaneR\tsummaries\x123\n" +
 	"\bcontexts\x18\x02 \x01(\v2\x17.quarry.v1.ManifestLaneR\bcontexts\x12-\n" +
 	"\x05stubs\x18\x03 \x01(\v2\x17.quarry.v1.ManifestLaneR\x05stubs\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x04 \x01(\x04R\n" +
-	"generation\"\x1b\n" +
+	"generation\x12'\n" +
+	"\x0fcontent_version\x18\x05 \x01(\x04R\x0econtentVersion\"\x1b\n" +
 	"\x19ListKnowledgeBasesRequest\"\xae\x01\n" +
 	"\x12KnowledgeBaseState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +

@@ -91,6 +91,7 @@ type memKB struct {
 	reads     []string
 	manifests int
 	gen       uint64
+	version   uint64
 	noMan     bool
 }
 
@@ -128,9 +129,10 @@ func (m *memKB) Manifest(context.Context, string) (*quarryv1.GetManifestResponse
 		return nil, errors.New("search unavailable")
 	}
 	return &quarryv1.GetManifestResponse{
-		Generation: m.gen,
-		Summaries:  &quarryv1.ManifestLane{Entries: []*quarryv1.ManifestEntry{{Path: "deploy/_index.md", Title: "Deploy", Summary: "How we ship."}}},
-		Contexts:   &quarryv1.ManifestLane{Entries: []*quarryv1.ManifestEntry{{Path: "ops/oncall.md", Title: "On-call"}}, Omitted: 4},
+		Generation:     m.gen,
+		ContentVersion: m.version,
+		Summaries:      &quarryv1.ManifestLane{Entries: []*quarryv1.ManifestEntry{{Path: "deploy/_index.md", Title: "Deploy", Summary: "How we ship."}}},
+		Contexts:       &quarryv1.ManifestLane{Entries: []*quarryv1.ManifestEntry{{Path: "ops/oncall.md", Title: "On-call"}}, Omitted: 4},
 	}, nil
 }
 
@@ -587,6 +589,36 @@ func TestTheManifestIsFetchedOncePerGeneration(t *testing.T) {
 	req.Generation = 9
 	if _, err := h.answer(t, ctx, req); err != nil {
 		t.Fatalf("a missing manifest must not fail the answer: %v", err)
+	}
+}
+
+// Two search replicas hold the same tree under generations 5 and 9, and the manifest
+// came from the one with 5. Questions routed by either name the same content version,
+// and the manifest is fetched once; by generation alone, every question the other
+// replica routed fetched it again.
+func TestTheManifestIsFetchedOncePerContentVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		version uint64
+		fetches int
+	}{
+		{"with content versions", 1<<63 | 3, 1},
+		{"by generation alone", 0, 3}, // each of the three routed by the replica with 9
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, testConfig(), say("1"), say("2"), say("3"), say("4"), say("5"))
+			h.kb.gen, h.kb.version = 5, tc.version
+			for _, gen := range []uint64{9, 5, 9, 9, 5} {
+				req := t4Request()
+				req.Generation, req.ContentVersion = gen, tc.version
+				if _, err := h.answer(t, context.Background(), req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if h.kb.manifests != tc.fetches {
+				t.Errorf("%d manifest fetches, want %d", h.kb.manifests, tc.fetches)
+			}
+		})
 	}
 }
 

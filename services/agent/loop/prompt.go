@@ -53,7 +53,7 @@ func (a *Agent) prompt(ctx context.Context, spec tierSpec, req *quarryv1.AnswerR
 			fmt.Fprintf(&user, "%d. `%s` — %s (relevance %.2f)\n", i+1, s.GetPath(), oneLine(s.GetTitle()), s.GetRelevance())
 		}
 	}
-	if m := a.manifests.get(ctx, a, req.GetKnowledgeBase(), req.GetGeneration()); m != "" {
+	if m := a.manifests.get(ctx, a, req.GetKnowledgeBase(), req.GetGeneration(), req.GetContentVersion()); m != "" {
 		user.WriteString("\n# Structure of the knowledge base\n\n")
 		user.WriteString(m)
 	}
@@ -76,26 +76,34 @@ func concludePrompt(why string) string {
 		"If they do not answer it, say so and say what is missing."
 }
 
-// manifests caches each knowledge base's rendered manifest for the generation it was
-// built for, so that a prompt costs no manifest call while the knowledge is unchanged.
+// manifests caches each knowledge base's rendered manifest for the content (or, from a
+// search service that reports no content version, the generation) it was built for,
+// so that a prompt costs no manifest call while the knowledge is unchanged.
 type manifests struct {
 	mu sync.Mutex
 	m  map[string]renderedManifest
 }
 
 type renderedManifest struct {
-	gen  uint64
-	text string
+	gen, version uint64
+	text         string
 }
 
-// get returns the rendered manifest of kb at generation gen (0: whatever is current),
-// fetching it when the cached one is older. A manifest that cannot be fetched is left
-// out of the prompt: the documents matter more than the map.
-func (c *manifests) get(ctx context.Context, a *Agent, kb string, gen uint64) string {
+// get returns the rendered manifest of kb's content version (or, for version 0,
+// generation gen; 0 for both: whatever is current), fetching it when the cached one is
+// of other content or an older generation. Search replicas holding the same tree number
+// its generation differently: by generation alone, a manifest fetched from the replica
+// with the smaller number would be fetched again for every question the other answered.
+// A manifest that cannot be fetched is left out of the prompt: the documents matter
+// more than the map.
+func (c *manifests) get(ctx context.Context, a *Agent, kb string, gen, version uint64) string {
 	c.mu.Lock()
 	cached, ok := c.m[kb]
 	c.mu.Unlock()
-	if ok && gen != 0 && cached.gen >= gen {
+	switch {
+	case ok && version != 0 && cached.version == version:
+		return cached.text
+	case ok && version == 0 && gen != 0 && cached.gen >= gen:
 		return cached.text
 	}
 	m, err := a.tools.Manifest(ctx, kb)
@@ -112,8 +120,8 @@ func (c *manifests) get(ctx context.Context, a *Agent, kb string, gen uint64) st
 	if c.m == nil {
 		c.m = map[string]renderedManifest{}
 	}
-	if prev, ok := c.m[kb]; !ok || prev.gen <= m.GetGeneration() {
-		c.m[kb] = renderedManifest{gen: m.GetGeneration(), text: text}
+	if prev, ok := c.m[kb]; !ok || prev.gen <= m.GetGeneration() || m.GetContentVersion() == version && version != 0 {
+		c.m[kb] = renderedManifest{gen: m.GetGeneration(), version: m.GetContentVersion(), text: text}
 	}
 	return text
 }

@@ -125,7 +125,9 @@ func (s *Server) GetManifest(ctx context.Context, req *quarryv1.GetManifestReque
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	return manifestProto(k.Manifest(), k.Generation), nil
+	resp := manifestProto(k.Manifest(), k.Generation)
+	resp.ContentVersion = k.Version
+	return resp, nil
 }
 
 // ListKnowledgeBases lists the knowledge bases.

@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from quarry.v1 import types_pb2 as quarry_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15quarry/v1/agent.proto\x12\tquarry.v1\x1a\x15quarry/v1/types.proto\"\xf3\x01\n\rAnswerRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x14\n\x05query\x18\x02 \x01(\tR\x05query\x12#\n\x04tier\x18\x03 \x01(\x0e\x32\x0f.quarry.v1.TierR\x04tier\x12\x33\n\nprefetched\x18\x04 \x03(\x0b\x32\x13.quarry.v1.DocumentR\nprefetched\x12+\n\x07sources\x18\x05 \x03(\x0b\x32\x11.quarry.v1.SourceR\x07sources\x12\x1e\n\ngeneration\x18\x06 \x01(\x04R\ngeneration\"\xbe\x01\n\x0b\x41gentAnswer\x12\x16\n\x06\x61nswer\x18\x01 \x01(\tR\x06\x61nswer\x12+\n\x07sources\x18\x02 \x03(\x0b\x32\x11.quarry.v1.SourceR\x07sources\x12\x1a\n\x08\x64\x65graded\x18\x03 \x01(\x08R\x08\x64\x65graded\x12\'\n\x0f\x64\x65graded_reason\x18\x04 \x01(\tR\x0e\x64\x65gradedReason\x12%\n\x03llm\x18\x05 \x01(\x0b\x32\x13.quarry.v1.LlmTraceR\x03llm\"a\n\x0e\x41nswerResponse\x12\x16\n\x05\x64\x65lta\x18\x01 \x01(\tH\x00R\x05\x64\x65lta\x12.\n\x05\x66inal\x18\x02 \x01(\x0b\x32\x16.quarry.v1.AgentAnswerH\x00R\x05\x66inalB\x07\n\x05\x65vent2O\n\x0c\x41gentService\x12?\n\x06\x41nswer\x12\x18.quarry.v1.AnswerRequest\x1a\x19.quarry.v1.AnswerResponse0\x01\x42\x38Z6github.com/quarry-router/quarry/gen/quarry/v1;quarryv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15quarry/v1/agent.proto\x12\tquarry.v1\x1a\x15quarry/v1/types.proto\"\x9c\x02\n\rAnswerRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x14\n\x05query\x18\x02 \x01(\tR\x05query\x12#\n\x04tier\x18\x03 \x01(\x0e\x32\x0f.quarry.v1.TierR\x04tier\x12\x33\n\nprefetched\x18\x04 \x03(\x0b\x32\x13.quarry.v1.DocumentR\nprefetched\x12+\n\x07sources\x18\x05 \x03(\x0b\x32\x11.quarry.v1.SourceR\x07sources\x12\x1e\n\ngeneration\x18\x06 \x01(\x04R\ngeneration\x12\'\n\x0f\x63ontent_version\x18\x07 \x01(\x04R\x0e\x63ontentVersion\"\xbe\x01\n\x0b\x41gentAnswer\x12\x16\n\x06\x61nswer\x18\x01 \x01(\tR\x06\x61nswer\x12+\n\x07sources\x18\x02 \x03(\x0b\x32\x11.quarry.v1.SourceR\x07sources\x12\x1a\n\x08\x64\x65graded\x18\x03 \x01(\x08R\x08\x64\x65graded\x12\'\n\x0f\x64\x65graded_reason\x18\x04 \x01(\tR\x0e\x64\x65gradedReason\x12%\n\x03llm\x18\x05 \x01(\x0b\x32\x13.quarry.v1.LlmTraceR\x03llm\"a\n\x0e\x41nswerResponse\x12\x16\n\x05\x64\x65lta\x18\x01 \x01(\tH\x00R\x05\x64\x65lta\x12.\n\x05\x66inal\x18\x02 \x01(\x0b\x32\x16.quarry.v1.AgentAnswerH\x00R\x05\x66inalB\x07\n\x05\x65vent2O\n\x0c\x41gentService\x12?\n\x06\x41nswer\x12\x18.quarry.v1.AnswerRequest\x1a\x19.quarry.v1.AnswerResponse0\x01\x42\x38Z6github.com/quarry-router/quarry/gen/quarry/v1;quarryv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'quarry.v1.agent_pb2', globals())
@@ -23,11 +23,11 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z6github.com/quarry-router/quarry/gen/quarry/v1;quarryv1'
   _ANSWERREQUEST._serialized_start=60
-  _ANSWERREQUEST._serialized_end=303
-  _AGENTANSWER._serialized_start=306
-  _AGENTANSWER._serialized_end=496
-  _ANSWERRESPONSE._serialized_start=498
-  _ANSWERRESPONSE._serialized_end=595
-  _AGENTSERVICE._serialized_start=597
-  _AGENTSERVICE._serialized_end=676
+  _ANSWERREQUEST._serialized_end=344
+  _AGENTANSWER._serialized_start=347
+  _AGENTANSWER._serialized_end=537
+  _ANSWERRESPONSE._serialized_start=539
+  _ANSWERRESPONSE._serialized_end=636
+  _AGENTSERVICE._serialized_start=638
+  _AGENTSERVICE._serialized_end=717
 # @@protoc_insertion_point(module_scope)

@@ -21,20 +21,22 @@ class AgentAnswer(_message.Message):
     def __init__(self, answer: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[_types_pb2.Source, _Mapping]]] = ..., degraded: bool = ..., degraded_reason: _Optional[str] = ..., llm: _Optional[_Union[_types_pb2.LlmTrace, _Mapping]] = ...) -> None: ...
 
 class AnswerRequest(_message.Message):
-    __slots__ = ["generation", "knowledge_base", "prefetched", "query", "sources", "tier"]
+    __slots__ = ["content_version", "generation", "knowledge_base", "prefetched", "query", "sources", "tier"]
+    CONTENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     KNOWLEDGE_BASE_FIELD_NUMBER: _ClassVar[int]
     PREFETCHED_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
+    content_version: int
     generation: int
     knowledge_base: str
     prefetched: _containers.RepeatedCompositeFieldContainer[_types_pb2.Document]
     query: str
     sources: _containers.RepeatedCompositeFieldContainer[_types_pb2.Source]
     tier: _types_pb2.Tier
-    def __init__(self, knowledge_base: _Optional[str] = ..., query: _Optional[str] = ..., tier: _Optional[_Union[_types_pb2.Tier, str]] = ..., prefetched: _Optional[_Iterable[_Union[_types_pb2.Document, _Mapping]]] = ..., sources: _Optional[_Iterable[_Union[_types_pb2.Source, _Mapping]]] = ..., generation: _Optional[int] = ...) -> None: ...
+    def __init__(self, knowledge_base: _Optional[str] = ..., query: _Optional[str] = ..., tier: _Optional[_Union[_types_pb2.Tier, str]] = ..., prefetched: _Optional[_Iterable[_Union[_types_pb2.Document, _Mapping]]] = ..., sources: _Optional[_Iterable[_Union[_types_pb2.Source, _Mapping]]] = ..., generation: _Optional[int] = ..., content_version: _Optional[int] = ...) -> None: ...
 
 class AnswerResponse(_message.Message):
     __slots__ = ["delta", "final"]

@@ -27,16 +27,18 @@ class GetManifestRequest(_message.Message):
     def __init__(self, knowledge_base: _Optional[str] = ...) -> None: ...
 
 class GetManifestResponse(_message.Message):
-    __slots__ = ["contexts", "generation", "stubs", "summaries"]
+    __slots__ = ["content_version", "contexts", "generation", "stubs", "summaries"]
+    CONTENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     CONTEXTS_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     STUBS_FIELD_NUMBER: _ClassVar[int]
     SUMMARIES_FIELD_NUMBER: _ClassVar[int]
+    content_version: int
     contexts: ManifestLane
     generation: int
     stubs: ManifestLane
     summaries: ManifestLane
-    def __init__(self, summaries: _Optional[_Union[ManifestLane, _Mapping]] = ..., contexts: _Optional[_Union[ManifestLane, _Mapping]] = ..., stubs: _Optional[_Union[ManifestLane, _Mapping]] = ..., generation: _Optional[int] = ...) -> None: ...
+    def __init__(self, summaries: _Optional[_Union[ManifestLane, _Mapping]] = ..., contexts: _Optional[_Union[ManifestLane, _Mapping]] = ..., stubs: _Optional[_Union[ManifestLane, _Mapping]] = ..., generation: _Optional[int] = ..., content_version: _Optional[int] = ...) -> None: ...
 
 class KnowledgeBaseState(_message.Message):
     __slots__ = ["content_version", "document_count", "domains", "generation", "id"]

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file quarry/v1/agent.proto.
  */
 export const file_quarry_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChVxdWFycnkvdjEvYWdlbnQucHJvdG8SCXF1YXJyeS52MSK2AQoNQW5zd2VyUmVxdWVzdBIWCg5rbm93bGVkZ2VfYmFzZRgBIAEoCRINCgVxdWVyeRgCIAEoCRIdCgR0aWVyGAMgASgOMg8ucXVhcnJ5LnYxLlRpZXISJwoKcHJlZmV0Y2hlZBgEIAMoCzITLnF1YXJyeS52MS5Eb2N1bWVudBIiCgdzb3VyY2VzGAUgAygLMhEucXVhcnJ5LnYxLlNvdXJjZRISCgpnZW5lcmF0aW9uGAYgASgEIo4BCgtBZ2VudEFuc3dlchIOCgZhbnN3ZXIYASABKAkSIgoHc291cmNlcxgCIAMoCzIRLnF1YXJyeS52MS5Tb3VyY2USEAoIZGVncmFkZWQYAyABKAgSFwoPZGVncmFkZWRfcmVhc29uGAQgASgJEiAKA2xsbRgFIAEoCzITLnF1YXJyeS52MS5MbG1UcmFjZSJTCg5BbnN3ZXJSZXNwb25zZRIPCgVkZWx0YRgBIAEoCUgAEicKBWZpbmFsGAIgASgLMhYucXVhcnJ5LnYxLkFnZW50QW5zd2VySABCBwoFZXZlbnQyTwoMQWdlbnRTZXJ2aWNlEj8KBkFuc3dlchIYLnF1YXJyeS52MS5BbnN3ZXJSZXF1ZXN0GhkucXVhcnJ5LnYxLkFuc3dlclJlc3BvbnNlMAFCOFo2Z2l0aHViLmNvbS9xdWFycnktcm91dGVyL3F1YXJyeS9nZW4vcXVhcnJ5L3YxO3F1YXJyeXYxYgZwcm90bzM", [file_quarry_v1_types]);
+  fileDesc("ChVxdWFycnkvdjEvYWdlbnQucHJvdG8SCXF1YXJyeS52MSLPAQoNQW5zd2VyUmVxdWVzdBIWCg5rbm93bGVkZ2VfYmFzZRgBIAEoCRINCgVxdWVyeRgCIAEoCRIdCgR0aWVyGAMgASgOMg8ucXVhcnJ5LnYxLlRpZXISJwoKcHJlZmV0Y2hlZBgEIAMoCzITLnF1YXJyeS52MS5Eb2N1bWVudBIiCgdzb3VyY2VzGAUgAygLMhEucXVhcnJ5LnYxLlNvdXJjZRISCgpnZW5lcmF0aW9uGAYgASgEEhcKD2NvbnRlbnRfdmVyc2lvbhgHIAEoBCKOAQoLQWdlbnRBbnN3ZXISDgoGYW5zd2VyGAEgASgJEiIKB3NvdXJjZXMYAiADKAsyES5xdWFycnkudjEuU291cmNlEhAKCGRlZ3JhZGVkGAMgASgIEhcKD2RlZ3JhZGVkX3JlYXNvbhgEIAEoCRIgCgNsbG0YBSABKAsyEy5xdWFycnkudjEuTGxtVHJhY2UiUwoOQW5zd2VyUmVzcG9uc2USDwoFZGVsdGEYASABKAlIABInCgVmaW5hbBgCIAEoCzIWLnF1YXJyeS52MS5BZ2VudEFuc3dlckgAQgcKBWV2ZW50Mk8KDEFnZW50U2VydmljZRI/CgZBbnN3ZXISGC5xdWFycnkudjEuQW5zd2VyUmVxdWVzdBoZLnF1YXJyeS52MS5BbnN3ZXJSZXNwb25zZTABQjhaNmdpdGh1Yi5jb20vcXVhcnJ5LXJvdXRlci9xdWFycnkvZ2VuL3F1YXJyeS92MTtxdWFycnl2MWIGcHJvdG8z", [file_quarry_v1_types]);
 
 /**
  * AnswerRequest hands a routed question to the agent.
@@ -62,6 +62,14 @@ export type AnswerRequest = Message<"quarry.v1.AnswerRequest"> & {
    * @generated from field: uint64 generation = 6;
    */
   generation: bigint;
+
+  /**
+   * Version of the content the routing decision was made on
+   * (ResolveResponse.content_version); 0 when the search service reported none.
+   *
+   * @generated from field: uint64 content_version = 7;
+   */
+  contentVersion: bigint;
 };
 
 /**
