@@ -27,7 +27,7 @@ type stamp struct {
 // metadata, never a file's content. wait returns once the poller has stopped after ctx
 // is done.
 func (r *Registry) PollFolders(ctx context.Context, interval time.Duration) (wait func()) {
-	seen := map[string]map[string]stamp{} // knowledge base → file → stamp
+	seen := map[string]map[string]stamp{} // knowledge base and folder → file → stamp
 	r.rescan(ctx, seen)
 	done := make(chan struct{})
 	go func() {
@@ -54,9 +54,13 @@ func (r *Registry) rescan(ctx context.Context, seen map[string]map[string]stamp)
 		roots[id] = k.Tree.Root
 	}
 	r.mu.RUnlock()
-	for id := range seen {
-		if _, ok := roots[id]; !ok {
-			delete(seen, id) // unloaded: a later knowledge base of that name starts afresh
+	// A knowledge base is followed in its folder: unloaded, or loaded from another
+	// folder, it starts afresh.
+	key := func(id, root string) string { return id + "\x00" + root }
+	for k := range seen {
+		id, root, _ := strings.Cut(k, "\x00")
+		if roots[id] != root {
+			delete(seen, k)
 		}
 	}
 	for id, root := range roots {
@@ -68,8 +72,8 @@ func (r *Registry) rescan(ctx context.Context, seen map[string]map[string]stamp)
 			r.log.Warn("rescan knowledge base folder", "kb", id, "err", err)
 			continue
 		}
-		before, known := seen[id]
-		seen[id] = now
+		before, known := seen[key(id, root)]
+		seen[key(id, root)] = now
 		if !known {
 			continue
 		}
