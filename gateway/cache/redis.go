@@ -286,14 +286,15 @@ func NewRedis(client redis.UniversalClient, cfg Config, rcfg RedisConfig, now fu
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	prefix := rcfg.Prefix()
 	return &Redis{
 		c:       client,
 		cfg:     cfg,
 		timeout: rcfg.Timeout,
 		scan:    rcfg.PostingScan,
-		prefix:  rcfg.Prefix(),
-		lruKey:  rcfg.Prefix() + "lru",
-		seqKey:  rcfg.Prefix() + "seq",
+		prefix:  prefix,
+		lruKey:  prefix + "lru",
+		seqKey:  prefix + "seq",
 		now:     now,
 		br: newBreaker(rcfg.BreakerFailures, rcfg.BreakerCooldown,
 			func(ctx context.Context) error { return client.Ping(ctx).Err() }, log),

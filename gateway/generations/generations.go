@@ -17,7 +17,7 @@ import (
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 )
 
-// ErrNotReady is returned by Generation until the first state has arrived.
+// ErrNotReady is returned by State until the first state has arrived.
 var ErrNotReady = errors.New("generations: not synced with the search service yet")
 
 // State is what the gateway knows of a knowledge base: its newest generation, which
@@ -95,13 +95,6 @@ func New(client quarryv1.SearchServiceClient, cfg Config, log *slog.Logger) *Wat
 	return &Watcher{client: client, cfg: cfg, log: log, ready: make(chan struct{}), changed: make(chan struct{})}
 }
 
-// Generation reports kb's current generation; ok is false for an unknown knowledge base.
-// It returns ErrNotReady until the first state has arrived.
-func (w *Watcher) Generation(kb string) (gen uint64, ok bool, err error) {
-	st, ok, err := w.State(kb)
-	return st.Generation, ok, err
-}
-
 // State reports kb's current generation and content version; ok is false for an
 // unknown knowledge base. It returns ErrNotReady until the first state has arrived.
 func (w *Watcher) State(kb string) (st State, ok bool, err error) {
@@ -111,19 +104,6 @@ func (w *Watcher) State(kb string) (st State, ok bool, err error) {
 	}
 	st, ok = (*m)[kb]
 	return st, ok, nil
-}
-
-// Snapshot returns a copy of the known generations (nil before the first state).
-func (w *Watcher) Snapshot() map[string]uint64 {
-	m := w.snap.Load()
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]uint64, len(*m))
-	for kb, st := range *m {
-		out[kb] = st.Generation
-	}
-	return out
 }
 
 // States returns a copy of the known states (nil before the first state).

@@ -63,28 +63,37 @@ func serve(t *testing.T, addr string, stub *searchStub) *grpc.Server {
 	return srv
 }
 
+// generationsOf is w's view, generations only.
+func generationsOf(w *Watcher) map[string]uint64 {
+	out := map[string]uint64{}
+	for kb, st := range w.States() {
+		out[kb] = st.Generation
+	}
+	return out
+}
+
 func waitFor(t *testing.T, w *Watcher, want map[string]uint64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for {
 		changed := w.Updated()
-		if maps.Equal(w.Snapshot(), want) {
+		if maps.Equal(generationsOf(w), want) {
 			return
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			t.Fatalf("generations %v, want %v", w.Snapshot(), want)
+			t.Fatalf("generations %v, want %v", generationsOf(w), want)
 		}
 	}
 }
 
 func wantGen(t *testing.T, w *Watcher, kb string, gen uint64, ok bool) {
 	t.Helper()
-	g, found, err := w.Generation(kb)
-	if err != nil || g != gen || found != ok {
-		t.Fatalf("Generation(%q) = %d, %v, %v; want %d, %v, nil", kb, g, found, err, gen, ok)
+	st, found, err := w.State(kb)
+	if err != nil || st.Generation != gen || found != ok {
+		t.Fatalf("State(%q) = %+v, %v, %v; want generation %d, %v, nil", kb, st, found, err, gen, ok)
 	}
 }
 
@@ -110,8 +119,8 @@ func TestWatcherFollowsTheSearchServiceAcrossRestarts(t *testing.T) {
 	defer conn.Close()
 
 	w := New(quarryv1.NewSearchServiceClient(conn), Config{BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond}, nil)
-	if _, _, err := w.Generation("kb-a"); !errors.Is(err, ErrNotReady) {
-		t.Fatalf("Generation before the first state: %v, want ErrNotReady", err)
+	if _, _, err := w.State("kb-a"); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("State before the first state: %v, want ErrNotReady", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

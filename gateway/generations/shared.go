@@ -63,15 +63,9 @@ func NewShared(client redis.UniversalClient, prefix string, log *slog.Logger) *S
 	return s
 }
 
-// Generation returns the greatest generation of kb any replica has published, 0 if none.
-func (s *Shared) Generation(kb string) uint64 { return (*s.snap.Load())[kb].Generation }
-
-// State returns the state of kb with the greatest generation any replica has published,
-// and its content version when the replica that published it knew it.
+// State returns the state of kb with the greatest generation any replica has published
+// (zero if none), and its content version when the replica that published it knew it.
 func (s *Shared) State(kb string) State { return (*s.snap.Load())[kb] }
-
-// Snapshot returns a copy of the shared view.
-func (s *Shared) Snapshot() map[string]State { return maps.Clone(*s.snap.Load()) }
 
 // Synced returns a channel that is closed once the view has read Redis's state, so a
 // starting gateway need not serve a generation the other replicas have left behind.

@@ -96,8 +96,8 @@ func runSharedOn(t *testing.T, client redis.UniversalClient, prefix string, src 
 // waitShared blocks until s's view of kb is gen.
 func waitShared(t *testing.T, s *Shared, kb string, gen uint64) {
 	t.Helper()
-	waitView(t, s, func() bool { return s.Generation(kb) == gen },
-		func() string { return fmt.Sprintf("shared view of %s is %d, want %d", kb, s.Generation(kb), gen) })
+	waitView(t, s, func() bool { return s.State(kb).Generation == gen },
+		func() string { return fmt.Sprintf("shared view of %s is %d, want %d", kb, s.State(kb).Generation, gen) })
 }
 
 // waitState blocks until s's view of kb is want.
@@ -155,7 +155,7 @@ func TestSharedViewSpreadsTheGreatestGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitShared(t, a, "other", 9)
-	if got := b.Generation("kb"); got != 6 {
+	if got := b.State("kb").Generation; got != 6 {
 		t.Fatalf("B's view of kb went to %d, want it to stay at 6", got)
 	}
 }
@@ -192,7 +192,7 @@ func TestSharedViewSurvivesARedisRestart(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	if got := b.Generation("kb"); got != 7 {
+	if got := b.State("kb").Generation; got != 7 {
 		t.Fatalf("B's view after the restart is %d, want 7", got)
 	}
 	check := newRedis(t, srv.Addr)
