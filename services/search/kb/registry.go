@@ -14,9 +14,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"sort"
-	"strings"
+	"strconv"
 	"sync"
 	"time"
 
@@ -499,23 +498,38 @@ func (k *KB) state() State {
 
 // contentVersion names a tree's content: a hash of salt (Config.VersionSalt) and every
 // document's path and bytes (its title and body for one built in memory), in path
-// order, so every replica holding the same files, configured and built alike, computes
-// the same number whenever and in whatever order it read them. The
-// top bit is set: a version is never 0 and never equal to a generation, which counts
-// milliseconds.
+// order (the tree keeps Docs so), so every replica holding the same files, configured
+// and built alike, computes the same number whenever and in whatever order it read
+// them. Every write computes it, so it writes the hash's input directly. The top bit is
+// set: a version is never 0 and never equal to a generation, which counts milliseconds.
 func contentVersion(salt string, t *tree.Tree) uint64 {
-	docs := slices.Clone(t.Docs)
-	slices.SortFunc(docs, func(a, b *tree.Document) int { return strings.Compare(a.Path, b.Path) })
 	h := sha256.New()
-	fmt.Fprintf(h, "%d\x00%s\x00", len(salt), salt)
-	for _, d := range docs {
+	buf := make([]byte, 0, 32<<10)
+	field := func(s string) {
+		if len(buf)+len(s) >= cap(buf) {
+			h.Write(buf)
+			buf = buf[:0]
+		}
+		if len(s) >= cap(buf) {
+			h.Write([]byte(s))
+		} else {
+			buf = append(buf, s...)
+		}
+		buf = append(buf, 0)
+	}
+	field(strconv.Itoa(len(salt)))
+	field(salt)
+	for _, d := range t.Docs {
+		field(d.Path)
 		if d.Hash != "" {
-			fmt.Fprintf(h, "%s\x00%s\x00", d.Path, d.Hash)
+			field(d.Hash)
 			continue
 		}
-		fmt.Fprintf(h, "%s\x00%s\x00%d\x00", d.Path, d.Title, len(d.Content))
-		h.Write([]byte(d.Content))
+		field(d.Title)
+		field(strconv.Itoa(len(d.Content)))
+		field(d.Content)
 	}
+	h.Write(buf)
 	return binary.BigEndian.Uint64(h.Sum(nil)) | 1<<63
 }
 
