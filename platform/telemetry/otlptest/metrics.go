@@ -3,6 +3,7 @@ package otlptest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 
 	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
@@ -52,9 +53,5 @@ func (m metricsService) Export(_ context.Context, req *colmetricpb.ExportMetrics
 func (c *Collector) Metrics() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]int, len(c.metrics))
-	for k, v := range c.metrics {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(c.metrics)
 }
