@@ -6,6 +6,7 @@ package grpcx
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -41,6 +42,56 @@ type DrainConfig struct {
 
 // DefaultDrain suits the embedded run and Kubernetes' default 30 s termination grace.
 var DefaultDrain = DrainConfig{Grace: 0, Timeout: 10 * time.Second}
+
+// DefaultMaxConnectionAge is how long a caller keeps one connection by default: an
+// autoscaled replica starts to get calls within about this long.
+const DefaultMaxConnectionAge = time.Minute
+
+// ServeConfig is how a server keeps its callers' connections and how it shuts down.
+type ServeConfig struct {
+	Drain DrainConfig
+	// MaxConnectionAge ends each caller's connection after about this long (gRPC adds
+	// ±10 % jitter): the server sends GOAWAY, calls and streams in flight finish on the
+	// old connection, and new calls go over a new one. A client balancing over a
+	// headless Service's DNS answer resolves the name again only when a connection
+	// ends, so without an age it never calls a replica that started after it
+	// connected (one the autoscaler added). 0 keeps connections for ever.
+	MaxConnectionAge time.Duration
+}
+
+// RegisterFlags registers -drain-grace, -drain-timeout and -max-connection-age;
+// drainTimeout is the service's default, long enough for its slowest calls.
+func (c *ServeConfig) RegisterFlags(fs *flag.FlagSet, drainTimeout time.Duration) {
+	fs.DurationVar(&c.Drain.Grace, "drain-grace", DefaultDrain.Grace, "on SIGTERM, how long to report NOT_SERVING while still serving, for load balancers to stop sending calls")
+	fs.DurationVar(&c.Drain.Timeout, "drain-timeout", drainTimeout, "on SIGTERM, after -drain-grace, how long calls in flight may take to finish before they are cut")
+	fs.DurationVar(&c.MaxConnectionAge, "max-connection-age", DefaultMaxConnectionAge, "close each caller's connection after about this long (GOAWAY; calls in flight finish), so clients resolve the service again and reach new replicas (0 = never)")
+}
+
+// Validate names the flag that is out of range.
+func (c ServeConfig) Validate() error {
+	var errs []error
+	if c.Drain.Grace < 0 {
+		errs = append(errs, fmt.Errorf("-drain-grace must not be negative, got %s", c.Drain.Grace))
+	}
+	if c.Drain.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("-drain-timeout must be positive, got %s", c.Drain.Timeout))
+	}
+	// Shorter ages reconnect every caller several times a second for no gain.
+	if c.MaxConnectionAge != 0 && c.MaxConnectionAge < time.Second {
+		errs = append(errs, fmt.Errorf("-max-connection-age must be 0 (never) or at least 1s, got %s", c.MaxConnectionAge))
+	}
+	return errors.Join(errs...)
+}
+
+// ServerOptions are the options NewServer needs for c; SetDrain takes c.Drain.
+func (c ServeConfig) ServerOptions() []grpc.ServerOption {
+	if c.MaxConnectionAge <= 0 {
+		return nil
+	}
+	// The grace after GOAWAY stays unbounded: a connection's last streams (a
+	// gateway's generation watch) end when their callers end them or the server drains.
+	return []grpc.ServerOption{grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: c.MaxConnectionAge})}
+}
 
 // Server is a gRPC server with health and reflection registered.
 type Server struct {
