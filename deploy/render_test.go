@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -82,6 +83,7 @@ func TestOverlaysRenderToValidObjects(t *testing.T) {
 			checkScaling(t, objs)
 			checkServices(t, objs)
 			checkTLSProbes(t, objs)
+			checkDrain(t, objs)
 		})
 	}
 }
@@ -220,5 +222,52 @@ func checkTLSProbes(t *testing.T, objs []runtime.Object) {
 		if !mounted {
 			t.Errorf("%s: nothing is mounted at %s (QUARRY_%s_TLS_CERT)", d.Name, cert, svc)
 		}
+	}
+}
+
+// checkDrain: each Quarry pod's drain (quarry-config's -drain-grace and
+// -drain-timeout) ends within its terminationGracePeriodSeconds, with time to spare for
+// telemetry's last flush, so the kubelet's SIGKILL never cuts calls in flight; the
+// gateway's drain outlasts the LLM answers it waits for (-agent-timeout); and servers
+// behind headless Services keep ending connections (-max-connection-age), without
+// which clients never reach replicas the autoscaler adds.
+func checkDrain(t *testing.T, objs []runtime.Object) {
+	config := map[string]string{}
+	for _, o := range objs {
+		if cm, ok := o.(*corev1.ConfigMap); ok && cm.Name == "quarry-config" {
+			config = cm.Data
+		}
+	}
+	duration := func(key string) time.Duration {
+		t.Helper()
+		d, err := time.ParseDuration(config[key])
+		if err != nil {
+			t.Errorf("quarry-config %s = %q: want a duration: %v", key, config[key], err)
+		}
+		return d
+	}
+	const spare = 5 * time.Second
+	for _, o := range objs {
+		d, ok := o.(*appsv1.Deployment)
+		if !ok || !strings.HasPrefix(d.Name, "quarry-") {
+			continue
+		}
+		svc := strings.ToUpper(strings.TrimPrefix(d.Name, "quarry-"))
+		drain := duration("QUARRY_"+svc+"_DRAIN_GRACE") + duration("QUARRY_"+svc+"_DRAIN_TIMEOUT")
+		grace := 30 * time.Second // Kubernetes' default
+		if g := d.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
+			grace = time.Duration(*g) * time.Second
+		}
+		if drain+spare > grace {
+			t.Errorf("%s: drain grace and timeout (%s) plus %s exceed terminationGracePeriodSeconds (%s)", d.Name, drain, spare, grace)
+		}
+		if age, ok := config["QUARRY_"+svc+"_MAX_CONNECTION_AGE"]; ok && (svc == "SEARCH" || svc == "AGENT") {
+			if a, err := time.ParseDuration(age); err != nil || a == 0 {
+				t.Errorf("quarry-config QUARRY_%s_MAX_CONNECTION_AGE = %q: clients of a headless Service need connections that end", svc, age)
+			}
+		}
+	}
+	if timeout, agent := duration("QUARRY_GATEWAY_DRAIN_TIMEOUT"), duration("QUARRY_GATEWAY_AGENT_TIMEOUT"); timeout < agent {
+		t.Errorf("the gateway's drain timeout (%s) is shorter than its agent timeout (%s): a rollout cuts LLM answers in flight", timeout, agent)
 	}
 }

@@ -14,8 +14,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/quarry-router/quarry/platform/daemon"
 )
@@ -37,7 +35,7 @@ Run "quarry <command> -h" for the flags of a command.
 `
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := daemon.SignalContext()
 	defer stop()
 	// up and bench serve the three services in this process: they run as the
 	// services' own commands do.

@@ -214,7 +214,7 @@ type tracedSystem struct {
 // dialGateway connects the benchmark's client. Not grpcx.Dial, which the other tests
 // use: that one traces its calls, and the client here stands for a caller in another
 // process, whose call the gateway's server span starts the trace of.
-func dialGateway(b *testing.B, addr string) (quarryv1.QueryServiceClient, healthpb.HealthClient) {
+func dialGateway(b testing.TB, addr string) (quarryv1.QueryServiceClient, healthpb.HealthClient) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)

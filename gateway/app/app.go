@@ -57,12 +57,18 @@ type Config struct {
 	// Limits hold each caller of the QueryService (API key, or address when open) to a
 	// request rate and a number of calls in flight.
 	Limits limit.Config
+	// Serve is how callers' connections age and how the gateway drains.
+	Serve grpcx.ServeConfig
 
 	Cache       cache.Config
 	Redis       cache.RedisConfig
 	Route       route.Config
 	Generations generations.Config
 }
+
+// DefaultDrainTimeout lets a query in flight at shutdown finish: an LLM answer takes up
+// to -agent-timeout (60 s by default).
+const DefaultDrainTimeout = 65 * time.Second
 
 // RegisterFlags registers every gateway flag with its default.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
@@ -80,6 +86,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.SearchTLS.RegisterFlags(fs, "search")
 	c.AgentTLS.RegisterFlags(fs, "agent")
 	c.Limits.RegisterFlags(fs)
+	c.Serve.RegisterFlags(fs, DefaultDrainTimeout)
 	c.Cache.RegisterFlags(fs)
 	c.Redis.RegisterFlags(fs)
 	c.Route.RegisterFlags(fs)
@@ -103,7 +110,7 @@ func (c *Config) Validate() error {
 		backend = fmt.Errorf(`-cache-backend %q: want "memory" or "redis"`, c.CacheBackend)
 	}
 	return errors.Join(backend, c.TLS.Validate(), c.SearchTLS.Validate(), c.AgentTLS.Validate(), c.Limits.Validate(),
-		c.Cache.Validate(), c.Route.Validate(), c.Generations.Validate())
+		c.Serve.Validate(), c.Cache.Validate(), c.Route.Validate(), c.Generations.Validate())
 }
 
 // Option changes what Run builds.
@@ -204,8 +211,14 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	srvOpts := append(server.Options(), tlsOpt)
 	srvOpts = append(srvOpts, grpcx.WithAuth(policy)...)
 	srvOpts = append(srvOpts, grpcx.WithLimits(limiter, grpcx.Methods("/"+service+"/"))...)
+	srvOpts = append(srvOpts, cfg.Serve.ServerOptions()...)
 	srv := grpcx.NewServer(log, srvOpts...)
 	defer srv.Stop() // a start that fails below leaves nothing running
+	srv.SetDrain(cfg.Serve.Drain)
+	if cfg.Serve.Drain.Timeout < cfg.Route.AgentTimeout {
+		log.Warn("-drain-timeout is shorter than -agent-timeout: a shutdown cuts LLM answers in flight",
+			"drain_timeout", cfg.Serve.Drain.Timeout, "agent_timeout", cfg.Route.AgentTimeout)
+	}
 	if cfg.HealthListen != "" {
 		if _, err := srv.HealthOn(cfg.HealthListen); err != nil {
 			return err

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"flag"
 	"io"
 	"log/slog"
 	"net"
@@ -289,4 +290,21 @@ func TestFailedStartReleasesMetricsPort(t *testing.T) {
 	telemetrytest.FailedStartReleasesMetrics(t, func(listen, metrics string) error {
 		return Run(context.Background(), []string{"-listen", listen, "-metrics-addr", metrics}, log, nil)
 	})
+}
+
+// By default a shutdown waits for the slowest query in flight, an LLM answer bounded
+// by -agent-timeout (see TestShutdownLetsAnLLMAnswerInFlightFinish in cmd/quarry).
+func TestDefaultDrainOutlastsAnAgentAnswer(t *testing.T) {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	var cfg Config
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Serve.Drain.Timeout < cfg.Route.AgentTimeout {
+		t.Errorf("-drain-timeout %s < -agent-timeout %s", cfg.Serve.Drain.Timeout, cfg.Route.AgentTimeout)
+	}
+	if cfg.Serve.MaxConnectionAge != grpcx.DefaultMaxConnectionAge {
+		t.Errorf("-max-connection-age %s, want %s", cfg.Serve.MaxConnectionAge, grpcx.DefaultMaxConnectionAge)
+	}
 }

@@ -1,6 +1,7 @@
 // Package daemon is what every Quarry service's main does around its work: JSON logs
 // with trace ids, the garbage collector tuned (TuneGC), OpenTelemetry from the
-// OTEL_* environment, a context cancelled on SIGTERM or Ctrl-C, and telemetry flushed
+// OTEL_* environment, a context cancelled on SIGTERM or Ctrl-C (a second one ends the
+// process at once), and telemetry flushed
 // last, after the servers have drained.
 package daemon
 
@@ -10,8 +11,6 @@ import (
 	"flag"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/quarry-router/quarry/platform/telemetry"
@@ -22,7 +21,7 @@ import (
 func Main(service string, run func(ctx context.Context, log *slog.Logger) error) int {
 	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(os.Stderr, nil))).With("service", service)
 	TuneGC(log)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := SignalContext()
 	defer stop()
 	tel, err := telemetry.Setup(ctx, telemetry.Config{Service: service})
 	if err != nil {

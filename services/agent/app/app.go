@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"time"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/auth"
@@ -50,7 +51,13 @@ type Config struct {
 	LLM   llm.Config
 	Loop  loop.Config
 	Tools tools.Config
+	// Serve is how callers' connections age and how the service drains.
+	Serve grpcx.ServeConfig
 }
+
+// DefaultDrainTimeout lets an answer in flight at shutdown finish: the gateway waits
+// for one up to its -agent-timeout, 60 s by default.
+const DefaultDrainTimeout = 60 * time.Second
 
 // RegisterFlags registers every agent flag with its default.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
@@ -65,6 +72,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.LLM.RegisterFlags(fs)
 	c.Loop.RegisterFlags(fs)
 	c.Tools.RegisterFlags(fs)
+	c.Serve.RegisterFlags(fs, DefaultDrainTimeout)
 }
 
 // Validate checks every part of the configuration, naming the flag at fault.
@@ -76,7 +84,7 @@ func (c *Config) Validate() error {
 	if c.LLM.Enabled() && c.SearchAddr == "" {
 		errs = append(errs, errors.New("-search-addr must be set when an LLM is configured"))
 	}
-	return errors.Join(append(errs, c.TLS.Validate(), c.SearchTLS.Validate(), c.LLM.Validate(), c.Loop.Validate(), c.Tools.Validate())...)
+	return errors.Join(append(errs, c.TLS.Validate(), c.SearchTLS.Validate(), c.LLM.Validate(), c.Loop.Validate(), c.Tools.Validate(), c.Serve.Validate())...)
 }
 
 // Run parses args, serves the agent service until ctx is done, and reports the bound
@@ -128,8 +136,10 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	} else {
 		log.Info("agent serving", "addr", lis.Addr().String(), "llm", cfg.LLM, "search", cfg.SearchAddr)
 	}
-	s := grpcx.NewServer(log, append([]grpc.ServerOption{tlsOpt}, grpcx.WithAuth(policy)...)...)
+	opts := append([]grpc.ServerOption{tlsOpt}, grpcx.WithAuth(policy)...)
+	s := grpcx.NewServer(log, append(opts, cfg.Serve.ServerOptions()...)...)
 	defer s.Stop() // a start that fails below leaves nothing running
+	s.SetDrain(cfg.Serve.Drain)
 	if cfg.HealthListen != "" {
 		if _, err := s.HealthOn(cfg.HealthListen); err != nil {
 			return err

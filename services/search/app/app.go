@@ -51,6 +51,8 @@ type Config struct {
 	// Limits hold each caller of the KnowledgeService (the write side) to a request
 	// rate and a number of calls in flight; reads are bounded by the gateway's.
 	Limits limit.Config
+	// Serve is how callers' connections age and how the service drains.
+	Serve grpcx.ServeConfig
 }
 
 // RegisterFlags registers every flag with its default.
@@ -61,6 +63,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AuthKeys, "auth-keys", "", `JSON file of API keys allowed to call (name, sha256, knowledge_bases, write); "" = no key needed`)
 	c.TLS.RegisterFlags(fs)
 	c.Limits.RegisterFlags(fs)
+	c.Serve.RegisterFlags(fs, grpcx.DefaultDrain.Timeout)
 	fs.Var(&c.KBs, "kb", "knowledge base to serve as id=folder (repeatable)")
 	fs.StringVar(&c.KBRoot, "kb-root", "", "folder whose subfolders are knowledge bases, each named after its folder")
 	c.Load.RegisterFlags(fs)
@@ -73,7 +76,7 @@ func (c *Config) Validate() error {
 	if len(c.KBs) == 0 && c.KBRoot == "" {
 		errs = append(errs, errors.New("no knowledge base: set -kb id=folder or -kb-root folder"))
 	}
-	return errors.Join(append(errs, c.TLS.Validate(), c.Limits.Validate(), c.Load.Validate(), c.Resolve.Validate())...)
+	return errors.Join(append(errs, c.TLS.Validate(), c.Limits.Validate(), c.Serve.Validate(), c.Load.Validate(), c.Resolve.Validate())...)
 }
 
 // kbFlag collects -kb id=folder values.
@@ -175,8 +178,10 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	// Auth runs before the limits: a refused key takes no token and no slot.
 	opts := append([]grpc.ServerOption{tlsOpt}, grpcx.WithAuth(policy)...)
 	opts = append(opts, grpcx.WithLimits(limit.New(cfg.Limits, time.Now), grpcx.Methods("/"+quarryv1.KnowledgeService_ServiceDesc.ServiceName+"/"))...)
+	opts = append(opts, cfg.Serve.ServerOptions()...)
 	s := grpcx.NewServer(log, opts...)
 	defer s.Stop() // a start that fails below leaves nothing running
+	s.SetDrain(cfg.Serve.Drain)
 	if cfg.HealthListen != "" {
 		if _, err := s.HealthOn(cfg.HealthListen); err != nil {
 			return err
@@ -231,14 +236,20 @@ func sortedKeys(m map[string]string) []string {
 	return out
 }
 
+// servingFlags say where and how the service serves, not what it answers.
+var servingFlags = map[string]bool{
+	"listen": true, "health-listen": true, "metrics-addr": true,
+	"drain-grace": true, "drain-timeout": true, "max-connection-age": true,
+}
+
 // versionSalt is what decides this service's answers beside the trees: every setting
-// but where it listens, and the build. Replicas of one deployment share it, and so
+// but where and how it serves, and the build. Replicas of one deployment share it, and so
 // share cached answers (kb.Config.VersionSalt); a changed setting or release computes
 // afresh.
 func versionSalt(fs *flag.FlagSet) string {
 	var b strings.Builder
 	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name != "listen" && f.Name != "metrics-addr" {
+		if !servingFlags[f.Name] {
 			fmt.Fprintf(&b, "%s=%q\n", f.Name, f.Value.String())
 		}
 	})

@@ -120,7 +120,8 @@ func TestVersionSaltFollowsTheSettingsThatDecideAnswers(t *testing.T) {
 		args []string
 		same bool
 	}{
-		{[]string{"-listen", "127.0.0.1:9999", "-metrics-addr", "127.0.0.1:9998"}, true},
+		{[]string{"-listen", "127.0.0.1:9999", "-metrics-addr", "127.0.0.1:9998", "-health-listen", "127.0.0.1:9997"}, true},
+		{[]string{"-drain-grace", "5s", "-drain-timeout", "20s", "-max-connection-age", "5m"}, true},
 		{[]string{"-gate-direct-min", "0.9"}, false},
 		{[]string{"-rank-coverage-exponent", "0.65"}, false},
 	} {
