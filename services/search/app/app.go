@@ -236,20 +236,29 @@ func sortedKeys(m map[string]string) []string {
 	return out
 }
 
-// servingFlags say where and how the service serves, not what it answers.
-var servingFlags = map[string]bool{
-	"listen": true, "health-listen": true, "metrics-addr": true,
+// operationalFlags say where the service serves, reads and writes, with which
+// credentials, and how it behaves as a process; not what it answers. Replicas differ in
+// them (a folder mounted elsewhere, a Meilisearch reached by another name) and still
+// answer alike. Any other flag, present or future, counts as deciding answers.
+var operationalFlags = map[string]bool{
+	"listen": true, "health-listen": true, "metrics-addr": true, "auth-keys": true,
 	"drain-grace": true, "drain-timeout": true, "max-connection-age": true,
+	"tls-cert": true, "tls-key": true, "tls-client-ca": true,
+	"limit-burst": true, "limit-concurrency": true, "limit-rate": true,
+	"kb": true, "kb-root": true, "data-dir": true, "sync-root": true,
+	"watch": true, "watch-debounce": true, "watch-poll": true, "write-timeout": true, "signals-flush-interval": true,
+	"meili-url": true, "meili-key": true, "meili-index-prefix": true, "meili-retries": true,
+	"meili-retry-backoff": true, "meili-task-poll": true, "meili-task-timeout": true,
 }
 
 // versionSalt is what decides this service's answers beside the trees: every setting
-// but where and how it serves, and the build. Replicas of one deployment share it, and so
+// but the operational ones, and the build. Replicas of one deployment share it, and so
 // share cached answers (kb.Config.VersionSalt); a changed setting or release computes
 // afresh.
 func versionSalt(fs *flag.FlagSet) string {
 	var b strings.Builder
 	fs.VisitAll(func(f *flag.Flag) {
-		if !servingFlags[f.Name] {
+		if !operationalFlags[f.Name] {
 			fmt.Fprintf(&b, "%s=%q\n", f.Name, f.Value.String())
 		}
 	})
