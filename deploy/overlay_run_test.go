@@ -57,8 +57,8 @@ const (
 // tlsSecretRE names the Secrets cert-manager would create (not in the overlay).
 var tlsSecretRE = regexp.MustCompile(`^(quarry-[a-z]+)-tls$`)
 
-// overlayRun is one overlay's Quarry workloads played as processes: one pod per
-// Deployment or StatefulSet, on its own loopback address.
+// overlayRun is one overlay's Quarry workloads played as processes, each pod on its
+// own loopback address: one per StatefulSet, and up to maxReplicas per Deployment.
 type overlayRun struct {
 	t         *testing.T
 	images    map[string]*image
@@ -73,8 +73,10 @@ type overlayRun struct {
 	configMaps map[string]map[string]string
 	secrets    map[string]map[string]string
 	claims     map[string]bool
-	// podIPs maps a workload (Deployment or StatefulSet) to its pod's address.
-	podIPs map[string]string
+	// podIPs maps a workload (Deployment or StatefulSet) to its (first) pod's address,
+	// replicas a Deployment to all its pods' addresses.
+	podIPs   map[string]string
+	replicas map[string][]string
 	// meili is the Meilisearch stand-in's URL, once it runs.
 	meili string
 	// traced are the OTEL_SERVICE_NAMEs of the Quarry pods.
@@ -111,7 +113,7 @@ func TestOverlaysRun(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			r := &overlayRun{t: t, images: imgs, root: runRoot(t), key: randomKey(t),
 				configMaps: map[string]map[string]string{}, secrets: map[string]map[string]string{},
-				claims: map[string]bool{}, podIPs: map[string]string{}}
+				claims: map[string]bool{}, podIPs: map[string]string{}, replicas: map[string][]string{}}
 			r.run(overlays[name])
 		})
 	}
@@ -159,8 +161,11 @@ func (r *overlayRun) run(dir string) {
 	next := 2
 	templates := map[string]*corev1.PodTemplateSpec{}
 	for _, d := range deployments {
-		r.podIPs[d.Name], templates[d.Name] = base+strconv.Itoa(next), &d.Spec.Template
-		next++
+		for range replicaCount(d) {
+			r.replicas[d.Name] = append(r.replicas[d.Name], base+strconv.Itoa(next))
+			next++
+		}
+		r.podIPs[d.Name], templates[d.Name] = r.replicas[d.Name][0], &d.Spec.Template
 	}
 	for _, s := range statefulSets {
 		r.podIPs[s.Name], templates[s.Name] = base+strconv.Itoa(next), &s.Spec.Template
@@ -193,31 +198,26 @@ func (r *overlayRun) run(dir string) {
 	for _, s := range statefulSets {
 		r.startBacking(s)
 	}
-	type pod struct {
-		p     *proc
-		grace time.Duration
-	}
-	var pods []pod
 	var started []*startedPod
 	for _, d := range deployments {
-		started = append(started, r.startPod(d))
+		for i := range r.replicas[d.Name] {
+			started = append(started, r.startPod(d, i))
+		}
 	}
 	for _, sp := range started {
 		r.probe(sp)
-		grace := 30 * time.Second
-		if g := sp.spec.TerminationGracePeriodSeconds; g != nil {
-			grace = time.Duration(*g) * time.Second
-		}
-		pods = append(pods, pod{sp.p, grace})
 	}
 
 	r.templates = templates
 	r.checkPolicies()
 	r.query(templates)
 	r.scrapeMetrics()
+	r.checkReplicas(started)
 
-	for i := len(pods) - 1; i >= 0; i-- {
-		pods[i].p.stop(t, pods[i].grace)
+	for i := len(started) - 1; i >= 0; i-- {
+		if !started[i].stopped {
+			started[i].p.stop(t, started[i].grace())
+		}
 	}
 	seen := map[string]bool{}
 	for _, s := range r.collector.Spans() {
@@ -261,6 +261,22 @@ func (r *overlayRun) mapService(svc *corev1.Service, templates map[string]*corev
 		}
 	}
 	r.net.ips[svc.Name] = r.podIPs[target]
+	if svc.Spec.ClusterIP == corev1.ClusterIPNone && len(r.replicas[target]) > 0 {
+		r.net.setPods(svc.Name, r.replicas[target])
+	}
+}
+
+// maxReplicas bounds the pods played per Deployment: two show what replicas share and
+// how they balance, on a 2-core machine.
+const maxReplicas = 2
+
+// replicaCount is how many of a Deployment's pods the test plays.
+func replicaCount(d *appsv1.Deployment) int {
+	n := 1 // Kubernetes' default
+	if d.Spec.Replicas != nil {
+		n = int(*d.Spec.Replicas)
+	}
+	return max(1, min(n, maxReplicas))
 }
 
 // containerPort resolves a port by number or by name.
@@ -336,6 +352,11 @@ func (r *overlayRun) startBacking(s *appsv1.StatefulSet) {
 // envFrom in order, then env (valueFrom included), later entries winning, and $(VAR)
 // references to earlier variables expanded.
 func (r *overlayRun) env(pod string, c corev1.Container, img *image) map[string]string {
+	return r.envAt(pod, r.podIPs[pod], c, img)
+}
+
+// envAt is env for the pod of a workload at ip.
+func (r *overlayRun) envAt(pod, ip string, c corev1.Container, img *image) map[string]string {
 	t := r.t
 	out := map[string]string{}
 	if img != nil {
@@ -372,7 +393,7 @@ func (r *overlayRun) env(pod string, c corev1.Container, img *image) map[string]
 		case vf.SecretKeyRef != nil:
 			data, key = r.secrets[vf.SecretKeyRef.Name], vf.SecretKeyRef.Key
 		case vf.FieldRef != nil && vf.FieldRef.FieldPath == "status.podIP":
-			out[e.Name] = r.podIPs[pod]
+			out[e.Name] = ip
 			continue
 		case vf.FieldRef != nil && vf.FieldRef.FieldPath == "metadata.namespace":
 			out[e.Name] = r.namespace
@@ -404,15 +425,25 @@ func expand(s string, env map[string]string) string {
 
 // startedPod is a Quarry pod whose process runs.
 type startedPod struct {
-	name string
-	ip   string
-	p    *proc
-	spec *corev1.PodSpec
-	env  map[string]string
+	name     string // the pod's: the workload's, "-<n>" added for the nth replica after the first
+	workload string
+	ip       string
+	p        *proc
+	spec     *corev1.PodSpec
+	env      map[string]string
+	stopped  bool // by the test, before the end
 }
 
-// startPod runs a Deployment's single container as the image's binary.
-func (r *overlayRun) startPod(d *appsv1.Deployment) *startedPod {
+// grace is the pod's terminationGracePeriodSeconds.
+func (sp *startedPod) grace() time.Duration {
+	if g := sp.spec.TerminationGracePeriodSeconds; g != nil {
+		return time.Duration(*g) * time.Second
+	}
+	return 30 * time.Second
+}
+
+// startPod runs replica n of a Deployment's single container as the image's binary.
+func (r *overlayRun) startPod(d *appsv1.Deployment, n int) *startedPod {
 	t := r.t
 	ps := &d.Spec.Template.Spec
 	if len(ps.Containers) != 1 || len(ps.InitContainers) != 0 {
@@ -461,13 +492,17 @@ func (r *overlayRun) startPod(d *appsv1.Deployment) *startedPod {
 		t.Fatalf("%s: runAsNonRoot but the container would run as root", d.Name)
 	}
 
-	podRoot := filepath.Join(r.root, d.Name)
+	name := d.Name
+	if n > 0 {
+		name += "-" + strconv.Itoa(n)
+	}
+	podRoot := filepath.Join(r.root, name)
 	if err := mkdir(podRoot, keep, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	mounts := r.mounts(d.Name, ps, c, img, podRoot, readOnlyRoot)
-	env := r.env(d.Name, c, img)
-	ip := r.podIPs[d.Name]
+	mounts := r.mounts(name, ps, c, img, podRoot, readOnlyRoot)
+	ip := r.replicas[d.Name][n]
+	env := r.envAt(d.Name, ip, c, img)
 	var pairs [][2]string
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		reads, err := img.reads(k)
@@ -478,13 +513,15 @@ func (r *overlayRun) startPod(d *appsv1.Deployment) *startedPod {
 			pairs = append(pairs, [2]string{k, env[k]})
 			continue
 		}
-		r.recordCalls(d.Name, env[k])
+		if n == 0 {
+			r.recordCalls(d.Name, env[k])
+		}
 		v, err := r.net.rewrite(ip, mounts, env[k])
 		if err != nil {
 			t.Fatalf("%s: %s: %v", d.Name, k, err)
 		}
 		pairs = append(pairs, [2]string{k, v})
-		if k == "OTEL_SERVICE_NAME" {
+		if k == "OTEL_SERVICE_NAME" && n == 0 {
 			r.traced = append(r.traced, v)
 		}
 	}
@@ -518,8 +555,8 @@ func (r *overlayRun) startPod(d *appsv1.Deployment) *startedPod {
 		}
 		argv = append(argv, a)
 	}
-	p := start(t, procSpec{name: d.Name, argv: argv, env: envList(pairs), as: as, dir: home})
-	return &startedPod{name: d.Name, ip: ip, p: p, spec: ps, env: env}
+	p := start(t, procSpec{name: name, argv: argv, env: envList(pairs), as: as, dir: home})
+	return &startedPod{name: name, workload: d.Name, ip: ip, p: p, spec: ps, env: env}
 }
 
 // mounts lays out a pod's volumes as the kubelet would and returns them with the
@@ -683,34 +720,11 @@ func (r *overlayRun) probe(sp *startedPod) {
 // gateway serves TLS; with the test's API key.
 func (r *overlayRun) query(templates map[string]*corev1.PodTemplateSpec) {
 	t := r.t
-	gw, ok := templates["quarry-gateway"]
-	if !ok {
-		t.Fatal("no quarry-gateway Deployment")
-	}
-	port, ok := containerPort(gw.Spec.Containers[0], intstr.FromString("grpc"))
-	if !ok {
-		t.Fatal("quarry-gateway has no grpc port")
-	}
-	var env map[string]string
-	env = r.env("quarry-gateway", gw.Spec.Containers[0], r.images["gateway"])
-	var cfg grpcx.ClientTLSConfig
-	target := net.JoinHostPort(r.podIPs["quarry-gateway"], strconv.Itoa(int(port)))
-	if env["QUARRY_GATEWAY_TLS_CERT"] != "" {
-		if r.ca == nil {
-			t.Fatal("the gateway serves TLS but no certificate was issued")
-		}
-		cfg = grpcx.ClientTLSConfig{CAFile: r.ca.CertFile}
-		// By name, so the certificate is checked against the Service's name.
-		target = fmt.Sprintf("dns://%s/quarry-gateway.%s:%d", r.net.dns, r.namespace, port)
-	}
 	// The questions come from a caller that traces them and sampled its trace: every
 	// overlay's sampler must follow that (prod samples a tenth of new traces), so the
 	// trace goes on through each pod.
 	caller := &traceCaller{parent: newTraceparent(t, true)}
-	conn, err := cfg.Dial(target, r.key, grpc.WithChainUnaryInterceptor(caller.unary), grpc.WithChainStreamInterceptor(caller.stream))
-	if err != nil {
-		t.Fatalf("dial the gateway at %s: %v", target, err)
-	}
+	conn := r.dialGateway("", grpc.WithChainUnaryInterceptor(caller.unary), grpc.WithChainStreamInterceptor(caller.stream))
 	defer conn.Close()
 	r.callerTrace = traceID(caller.parent)
 	redis := ""
@@ -731,6 +745,41 @@ func (r *overlayRun) query(templates map[string]*corev1.PodTemplateSpec) {
 	if _, err := quarryv1.NewQueryServiceClient(conn).Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: exampleKB, Query: unsampledQuestion}); err != nil {
 		t.Fatalf("Query(%q) from a caller whose trace is not sampled: %v", unsampledQuestion, err)
 	}
+}
+
+// dialGateway connects to the gateway's Service (ip "") or to the gateway pod at ip,
+// as a client of the overlay would: over TLS, trusting the CA and checking that the
+// certificate names quarry-gateway, when the gateway serves TLS; with the test's API key.
+func (r *overlayRun) dialGateway(ip string, opts ...grpc.DialOption) *grpc.ClientConn {
+	t := r.t
+	t.Helper()
+	gw, ok := r.templates["quarry-gateway"]
+	if !ok {
+		t.Fatal("no quarry-gateway Deployment")
+	}
+	port, ok := containerPort(gw.Spec.Containers[0], intstr.FromString("grpc"))
+	if !ok {
+		t.Fatal("quarry-gateway has no grpc port")
+	}
+	env := r.env("quarry-gateway", gw.Spec.Containers[0], r.images["gateway"])
+	var cfg grpcx.ClientTLSConfig
+	target := net.JoinHostPort(cmp.Or(ip, r.podIPs["quarry-gateway"]), strconv.Itoa(int(port)))
+	if env["QUARRY_GATEWAY_TLS_CERT"] != "" {
+		if r.ca == nil {
+			t.Fatal("the gateway serves TLS but no certificate was issued")
+		}
+		cfg = grpcx.ClientTLSConfig{CAFile: r.ca.CertFile, ServerName: "quarry-gateway"}
+		if ip == "" {
+			// By name, so the certificate is checked against the Service's name.
+			cfg.ServerName = ""
+			target = fmt.Sprintf("dns://%s/quarry-gateway.%s:%d", r.net.dns, r.namespace, port)
+		}
+	}
+	conn, err := cfg.Dial(target, r.key, opts...)
+	if err != nil {
+		t.Fatalf("dial the gateway at %s: %v", target, err)
+	}
+	return conn
 }
 
 // unsampledQuestion is new to the cache, so the gateway asks the search service.

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -173,6 +174,10 @@ type mount struct {
 type network struct {
 	// ips maps a service name (compose service, Kubernetes Service) to its address.
 	ips map[string]string
+	// headless maps a headless Service's name to the addresses of all its pods, which
+	// its DNS answer lists (ips holds the first); it changes as pods come and go.
+	headless   map[string][]string
+	headlessMu sync.Mutex
 	// standIns maps "name:port" to the host:port of the test's stand-in.
 	standIns map[string]string
 	// namespace is the Kubernetes namespace ("" for compose), for the FQDN forms.
@@ -207,21 +212,40 @@ func (n *network) canonical(host string) string {
 	return ""
 }
 
-// lookup answers a DNS question for name: the service's address. It also accepts the
-// name under the machine's own search domains, which Go's resolver tries first for a
-// name without dots.
-func (n *network) lookup(name string) (string, bool) {
+// lookup answers a DNS question for name: the service's addresses. It also accepts
+// the name under the machine's own search domains, which Go's resolver tries first for
+// a name without dots.
+func (n *network) lookup(name string) ([]string, bool) {
 	name = strings.TrimSuffix(strings.ToLower(name), ".")
-	if c := n.canonical(name); c != "" {
-		ip, ok := n.ips[c]
-		return ip, ok
+	svc := n.canonical(name)
+	if svc == "" {
+		first, rest, _ := strings.Cut(name, ".")
+		if strings.HasSuffix(rest, "svc.cluster.local") || strings.HasSuffix(rest, ".svc") {
+			return nil, false // another namespace's Service: not ours
+		}
+		svc = first
 	}
-	first, rest, _ := strings.Cut(name, ".")
-	if strings.HasSuffix(rest, "svc.cluster.local") || strings.HasSuffix(rest, ".svc") {
-		return "", false // another namespace's Service: not ours
+	ip, ok := n.ips[svc]
+	if !ok {
+		return nil, false
 	}
-	ip, ok := n.ips[first]
-	return ip, ok
+	n.headlessMu.Lock()
+	defer n.headlessMu.Unlock()
+	if pods, ok := n.headless[svc]; ok {
+		return slices.Clone(pods), true
+	}
+	return []string{ip}, true
+}
+
+// setPods changes the addresses a headless Service's DNS answer lists, as the endpoints
+// controller does when a pod becomes ready or starts to terminate.
+func (n *network) setPods(svc string, ips []string) {
+	n.headlessMu.Lock()
+	defer n.headlessMu.Unlock()
+	if n.headless == nil {
+		n.headless = map[string][]string{}
+	}
+	n.headless[svc] = slices.Clone(ips)
 }
 
 var (
@@ -319,7 +343,7 @@ func dnsAnswer(n *network, query []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	ip, known := n.lookup(q.Name.String())
+	ips, known := n.lookup(q.Name.String())
 	rh := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired}
 	if !known {
 		rh.RCode = dnsmessage.RCodeNameError
@@ -334,7 +358,10 @@ func dnsAnswer(n *network, query []byte) ([]byte, error) {
 	if err := b.StartAnswers(); err != nil {
 		return nil, err
 	}
-	if known && q.Type == dnsmessage.TypeA {
+	for _, ip := range ips {
+		if q.Type != dnsmessage.TypeA {
+			break
+		}
 		a := dnsmessage.AResource{}
 		copy(a.A[:], net.ParseIP(ip).To4())
 		if err := b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 5}, a); err != nil {

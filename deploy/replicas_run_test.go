@@ -1,0 +1,194 @@
+package deploy
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
+	"github.com/quarry-router/quarry/services/agent/llm/llmtest"
+	"google.golang.org/grpc"
+)
+
+// checkReplicas plays what more than one pod per Deployment brings, in the overlays
+// that run several (prod):
+//   - the gateway balances its questions over every pod of the headless search
+//     Service (each pod's backend searches must grow);
+//   - a second gateway answers from the cache the first one filled (Redis);
+//   - a rolling restart of a search pod, taken out of the Service's DNS answer and
+//     sent SIGTERM as the endpoints controller and the kubelet do, fails and degrades
+//     no question asked meanwhile.
+func (r *overlayRun) checkReplicas(pods []*startedPod) {
+	t := r.t
+	var gateways, searches []*startedPod
+	for _, p := range pods {
+		switch p.workload {
+		case "quarry-gateway":
+			gateways = append(gateways, p)
+		case "quarry-search":
+			searches = append(searches, p)
+		}
+	}
+	if len(searches) < 2 {
+		return
+	}
+	t.Logf("%d gateway and %d search pods", len(gateways), len(searches))
+	questions := exampleQuestions(r)
+	if r.llm != nil {
+		r.llm.Reset()
+		r.llm.Repeat(llmtest.Turn{Content: "Check the deploy checklist."})
+	}
+	conn := r.dialGateway(gateways[0].ip)
+	defer conn.Close()
+	ask := func(conn *grpc.ClientConn, q string) (*quarryv1.QueryResponse, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		return quarryv1.NewQueryServiceClient(conn).Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: exampleKB, Query: q})
+	}
+
+	before := make([]int, len(searches))
+	for i, sp := range searches {
+		before[i] = r.backendSearches(sp)
+	}
+	const balanced = 8
+	for _, q := range questions[:balanced] {
+		if _, err := ask(conn, q); err != nil {
+			t.Fatalf("Query(%q) through %s: %v", q, gateways[0].name, err)
+		}
+	}
+	for i, sp := range searches {
+		if n := r.backendSearches(sp) - before[i]; n == 0 {
+			t.Errorf("%s searched nothing for %d new questions: the gateway does not balance over the headless Service's pods", sp.name, balanced)
+		} else {
+			t.Logf("%s: %d backend searches for %d questions", sp.name, n, balanced)
+		}
+	}
+
+	if len(gateways) > 1 {
+		other := r.dialGateway(gateways[1].ip)
+		defer other.Close()
+		resp, err := ask(other, questions[0])
+		if err != nil {
+			t.Fatalf("Query(%q) through %s: %v", questions[0], gateways[1].name, err)
+		}
+		if resp.GetTier() != quarryv1.Tier_TIER_EXACT_CACHE || !resp.GetFromCache() {
+			t.Errorf("%s: a question %s answered came back %v (from cache %v), want the exact cache both share", gateways[1].name, gateways[0].name, resp.GetTier(), resp.GetFromCache())
+		}
+	}
+
+	// The rolling restart, with questions going on throughout.
+	victim := searches[0]
+	var rest []string
+	for _, sp := range searches[1:] {
+		rest = append(rest, sp.ip)
+	}
+	var asked atomic.Int64
+	problems := make(chan string, len(questions))
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, q := range questions[balanced:] {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			resp, err := ask(conn, q)
+			switch {
+			case err != nil:
+				problems <- fmt.Sprintf("%q: %v", q, err)
+			case resp.GetDegraded():
+				problems <- fmt.Sprintf("%q: degraded (%s)", q, resp.GetDegradedReason())
+			}
+			asked.Add(1)
+		}
+	}()
+	waitAsked := func(n int64) {
+		for deadline := time.Now().Add(30 * time.Second); asked.Load() < n && time.Now().Before(deadline); {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	waitAsked(3)
+	r.net.setPods("quarry-search", rest)
+	victim.p.stop(t, victim.grace())
+	victim.stopped = true
+	during := asked.Load()
+	waitAsked(during + 10)
+	close(stop)
+	<-done
+	close(problems)
+	for p := range problems {
+		t.Errorf("during the rolling restart of %s: %s", victim.name, p)
+	}
+	t.Logf("%d questions answered through the rolling restart of %s (%d after it began)", asked.Load(), victim.name, asked.Load()-during)
+	if asked.Load()-during < 10 {
+		t.Errorf("only %d questions were answered after %s stopped", asked.Load()-during, victim.name)
+	}
+}
+
+// backendSearches is how many searches a search pod has sent its engine, from its
+// Prometheus metrics (quarry_search_backend_duration, ops search and search_many).
+func (r *overlayRun) backendSearches(sp *startedPod) int {
+	t := r.t
+	t.Helper()
+	port := r.templates[sp.workload].Annotations["prometheus.io/port"]
+	body, err := telemetrytest.Scrape("http://" + net.JoinHostPort(sp.ip, port) + "/metrics")
+	if err != nil {
+		t.Fatalf("%s: %v", sp.name, err)
+	}
+	n := 0
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "quarry_search_backend_duration_milliseconds_count{") || !strings.Contains(line, `quarry_op="search`) {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			t.Fatalf("%s: metrics line %q: %v", sp.name, line, err)
+		}
+		n += int(v)
+	}
+	return n
+}
+
+// exampleQuestions are the example knowledge base's labelled questions, new to the
+// gateways' cache: askThrough asks others.
+func exampleQuestions(r *overlayRun) []string {
+	t := r.t
+	f, err := os.Open("../examples/questions.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var q struct{ Query string }
+		if err := json.Unmarshal(sc.Bytes(), &q); err != nil {
+			t.Fatalf("questions.jsonl: %v", err)
+		}
+		switch q.Query {
+		case directQuestion, oodQuestion, llmQuestion, unsampledQuestion, "":
+		default:
+			out = append(out, q.Query)
+		}
+	}
+	if len(out) < 30 {
+		t.Fatalf("questions.jsonl holds %d questions, want 30 or more", len(out))
+	}
+	return out
+}
