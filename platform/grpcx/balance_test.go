@@ -150,3 +150,36 @@ func TestServeConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// An aged connection ends only once its calls and streams have: a stream that lives as
+// long as its caller wants (a gateway's generation watch) is not cut at the age.
+func TestConnectionAgeLeavesStreamsRunning(t *testing.T) {
+	addr, _ := countingServer(t, ServeConfig{Drain: DrainConfig{Timeout: time.Second}, MaxConnectionAge: 200 * time.Millisecond})
+	conn, err := Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watch, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watch.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { _, err := watch.Recv(); ended <- err }()
+	select {
+	case err := <-ended:
+		t.Fatalf("the stream ended at the connection's age: %v", err)
+	case <-time.After(1500 * time.Millisecond): // seven ages
+	}
+	// New calls meanwhile go over new connections.
+	ask, askCancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer askCancel()
+	if _, err := healthpb.NewHealthClient(conn).Check(ask, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+}
