@@ -9,8 +9,9 @@ export PATH := $(TOOLS_DIR):$(PATH)
 BUF_VERSION                := v1.75.0
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+STATICCHECK_VERSION        := v0.8.2
 
-.PHONY: all run test check fmt vet lint generate check-generated build-standalone unit fuzz bench tools
+.PHONY: all run test check fmt vet staticcheck lint generate check-generated build-standalone unit fuzz bench tools
 
 all: test
 
@@ -21,7 +22,7 @@ run:
 ## test: every check and test (what CI runs)
 test: check unit fuzz
 
-check: fmt vet lint check-generated build-standalone
+check: fmt vet staticcheck lint check-generated build-standalone
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
@@ -29,6 +30,10 @@ fmt:
 
 vet:
 	@for m in $(MODULES); do (cd $$m && go vet ./...) || exit 1; done
+
+## staticcheck: bugs, dead code and deprecated APIs that vet does not report
+staticcheck: $(TOOLS_DIR)/staticcheck
+	@for m in $(MODULES); do (cd $$m && staticcheck ./...) || exit 1; done
 
 ## lint: buf lint (STANDARD + comments) on proto/
 lint: tools
@@ -145,6 +150,8 @@ tools: $(TOOLS_DIR)/buf $(TOOLS_DIR)/protoc-gen-go $(TOOLS_DIR)/protoc-gen-go-gr
 $(TOOLS_DIR)/buf:
 	@echo "installing buf $(BUF_VERSION) (a few minutes on a cold machine)"
 	GOBIN=$(TOOLS_DIR) go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+$(TOOLS_DIR)/staticcheck:
+	GOBIN=$(TOOLS_DIR) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 $(TOOLS_DIR)/protoc-gen-go:
 	GOBIN=$(TOOLS_DIR) go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 $(TOOLS_DIR)/protoc-gen-go-grpc:

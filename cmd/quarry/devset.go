@@ -5,7 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"runtime"
+	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/quarry-router/quarry/cmd/quarry/internal/devset"
@@ -15,7 +16,7 @@ import (
 func devsetCmd(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("devset", flag.ContinueOnError)
 	out := fs.String("out", "", "folder to write into: the KB goes to OUT/gostd, the questions to OUT/questions.jsonl")
-	goroot := fs.String("goroot", runtime.GOROOT(), "Go installation whose src/ documentation is read")
+	goroot := fs.String("goroot", "", `Go installation whose src/ documentation is read ("" = the one "go env GOROOT" names)`)
 	seed := fs.Uint64("seed", 1, "random seed; the same seed and Go release write the same set")
 	perPkg := fs.Int("known-per-package", 3, "most known-item questions drawn from one package")
 	if err := fs.Parse(args); err != nil {
@@ -23,6 +24,15 @@ func devsetCmd(args []string, stdout io.Writer) error {
 	}
 	if *out == "" {
 		return errors.New("-out is required")
+	}
+	if *goroot == "" {
+		// The Go on the PATH, not this binary's build-time root, which another machine
+		// may not have.
+		env, err := exec.Command("go", "env", "GOROOT").Output()
+		if err != nil {
+			return fmt.Errorf("go env GOROOT (or set -goroot): %w", err)
+		}
+		*goroot = strings.TrimSpace(string(env))
 	}
 	began := time.Now()
 	// A fixed date keeps the set deterministic; recency is relative to it.

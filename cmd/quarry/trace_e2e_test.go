@@ -247,7 +247,7 @@ func checkAgentSpans(t *testing.T, byID map[trace.SpanID]tracetest.SpanStub, res
 func attrMap(kvs []attribute.KeyValue) map[string]string {
 	m := map[string]string{}
 	for _, a := range kvs {
-		m[string(a.Key)] = a.Value.Emit()
+		m[string(a.Key)] = a.Value.String()
 	}
 	return m
 }
@@ -293,7 +293,7 @@ func TestCacheHitSpanStaysWithinEightAttributes(t *testing.T) {
 		if e.Name == "exact_cache" {
 			for _, a := range e.Attributes {
 				if a.Key == "quarry.generation" {
-					gen = a.Value.Emit()
+					gen = a.Value.String()
 				}
 			}
 		}

@@ -154,16 +154,6 @@ func (f *flight[T]) wait(ctx context.Context) (T, error) {
 	}
 }
 
-// ready reports whether the flight has finished.
-func (f *flight[T]) ready() bool {
-	select {
-	case <-f.done:
-		return true
-	default:
-		return false
-	}
-}
-
 func (f *flight[T]) publish(delta string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -53,13 +53,13 @@ var echoDesc = grpc.ServiceDesc{
 
 type echoClient struct{ conn *grpc.ClientConn }
 
-func (c echoClient) echo(t *testing.T) (error, metadata.MD) {
+func (c echoClient) echo(t *testing.T) (metadata.MD, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var trailer metadata.MD
 	err := c.conn.Invoke(ctx, "/quarry.test.Echo/Echo", wrapperspb.String("hi"), new(wrapperspb.StringValue), grpc.Trailer(&trailer))
-	return err, trailer
+	return trailer, err
 }
 
 // hold opens a Hold stream and waits until the server holds it; cancel ends it.
@@ -110,11 +110,11 @@ func TestLimitsPerKey(t *testing.T) {
 
 	t.Run("a key over its rate gets RESOURCE_EXHAUSTED with a retry hint", func(t *testing.T) {
 		for i := range 2 {
-			if err, _ := a.echo(t); err != nil {
+			if _, err := a.echo(t); err != nil {
 				t.Fatalf("call %d within the burst: %v", i+1, err)
 			}
 		}
-		err, trailer := a.echo(t)
+		trailer, err := a.echo(t)
 		if status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("third call: %v, want RESOURCE_EXHAUSTED", err)
 		}
@@ -132,7 +132,7 @@ func TestLimitsPerKey(t *testing.T) {
 	})
 	t.Run("another key is unaffected", func(t *testing.T) {
 		for range 5 {
-			if err, _ := b.echo(t); err != nil {
+			if _, err := b.echo(t); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -141,7 +141,7 @@ func TestLimitsPerKey(t *testing.T) {
 		before := l.Len()
 		unknown := keyed(t, addr, "k-guess")
 		for range 20 {
-			if err, _ := unknown.echo(t); status.Code(err) != codes.Unauthenticated {
+			if _, err := unknown.echo(t); status.Code(err) != codes.Unauthenticated {
 				t.Fatalf("unknown key: %v", err)
 			}
 		}
@@ -166,14 +166,14 @@ func TestLimitsPerKey(t *testing.T) {
 		if _, err := b.hold(t); status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("third stream: %v, want RESOURCE_EXHAUSTED", err)
 		}
-		err, _ := b.echo(t)
+		_, err := b.echo(t)
 		if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "2 calls in flight") {
 			t.Fatalf("a unary call beside two held streams: %v, want RESOURCE_EXHAUSTED naming the limit", err)
 		}
 		if d, ok := RetryDelay(err); !ok || d != limit.ConcurrencyRetry {
 			t.Errorf("retry hint %v, want %v", d, limit.ConcurrencyRetry)
 		}
-		if err, _ := c.echo(t); err != nil {
+		if _, err := c.echo(t); err != nil {
 			t.Errorf("another key: %v", err)
 		}
 		for range 3 {
@@ -187,7 +187,7 @@ func TestLimitsPerKey(t *testing.T) {
 		cancels[0]()
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			err, _ := b.echo(t)
+			_, err := b.echo(t)
 			if err == nil {
 				break
 			}
@@ -211,12 +211,12 @@ func TestLimitsByAddressWhenOpen(t *testing.T) {
 	l := limit.New(limit.Config{Limits: limit.Limits{Rate: 1, Burst: 1}}, time.Now)
 	addr := serveEcho(t, WithLimits(l, Methods("/quarry.test.Echo/Echo"))...)
 	c := keyed(t, addr, "")
-	if err, _ := c.echo(t); err != nil {
+	if _, err := c.echo(t); err != nil {
 		t.Fatal(err)
 	}
 	// A second connection from the same address is the same caller.
 	other := keyed(t, addr, "")
-	err, _ := other.echo(t)
+	_, err := other.echo(t)
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "address 127.0.0.1") {
 		t.Fatalf("second call from 127.0.0.1: %v, want RESOURCE_EXHAUSTED naming the address", err)
 	}

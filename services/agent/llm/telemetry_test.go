@@ -47,7 +47,7 @@ func TestChatIsTracedAndMeasuredAsGenAIConventionsSay(t *testing.T) {
 			chat := got[len(got)-1] // ends last: it holds the attempts
 			attrs := map[string]string{}
 			for _, a := range chat.Attributes {
-				attrs[string(a.Key)] = a.Value.Emit()
+				attrs[string(a.Key)] = a.Value.String()
 			}
 			want := map[string]string{"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
 				"gen_ai.request.model": "scripted-model", "gen_ai.request.max_tokens": "1024", "gen_ai.request.temperature": "0.3",
