@@ -213,6 +213,7 @@ func (r *overlayRun) run(dir string) {
 	r.query(templates)
 	r.scrapeMetrics()
 	r.checkReplicas(started)
+	r.checkDrainWithAnswerInFlight(started)
 
 	for i := len(started) - 1; i >= 0; i-- {
 		if !started[i].stopped {

@@ -8,7 +8,9 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -136,6 +138,79 @@ func (r *overlayRun) checkReplicas(pods []*startedPod) {
 	if asked.Load()-during < 10 {
 		t.Errorf("only %d questions were answered after %s stopped", asked.Load()-during, victim.name)
 	}
+}
+
+// checkDrainWithAnswerInFlight sends SIGTERM to the gateway pod a caller's connection
+// is on and to every agent pod while an LLM answer is under way, as a rollout of both
+// would: each drains (the gateway through its grace, the agents within their timeout),
+// so the answer still reaches the caller, whole, and each pod exits 0 within its
+// termination grace.
+func (r *overlayRun) checkDrainWithAnswerInFlight(pods []*startedPod) {
+	t := r.t
+	var gateway *startedPod
+	var agents []*startedPod
+	for _, p := range pods {
+		switch {
+		case p.stopped:
+		case p.workload == "quarry-gateway" && gateway == nil:
+			gateway = p
+		case p.workload == "quarry-agent":
+			agents = append(agents, p)
+		}
+	}
+	if gateway == nil || len(agents) == 0 {
+		t.Fatal("no gateway or agent pod left running")
+	}
+	conn := r.dialGateway(gateway.ip)
+	defer conn.Close()
+	const answer = "Drain first, then stop."
+	r.llm.Reset()
+	r.llm.Repeat(llmtest.Turn{Content: answer, Delay: 1500 * time.Millisecond})
+	for len(r.llm.Received()) > 0 { // requests of the earlier questions
+		<-r.llm.Received()
+	}
+	type result struct {
+		resp *quarryv1.QueryResponse
+		err  error
+	}
+	questions := exampleQuestions(r)
+	slices.Reverse(questions) // the other checks take theirs from the front
+	for _, q := range questions[:10] {
+		answered := make(chan result, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			resp, err := quarryv1.NewQueryServiceClient(conn).Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: exampleKB, Query: q})
+			answered <- result{resp, err}
+		}()
+		select {
+		case res := <-answered: // a tier below the model answered: the next question
+			if res.err != nil {
+				t.Fatalf("Query(%q): %v", q, res.err)
+			}
+			continue
+		case <-r.llm.Received():
+		}
+		var wg sync.WaitGroup
+		for _, p := range append([]*startedPod{gateway}, agents...) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.p.stop(t, p.grace())
+				p.stopped = true
+			}()
+		}
+		res := <-answered
+		wg.Wait()
+		switch {
+		case res.err != nil:
+			t.Errorf("Query(%q), its LLM answer under way when the gateway and agents got SIGTERM: %v", q, res.err)
+		case res.resp.GetDegraded() || !strings.Contains(res.resp.GetAnswer(), answer):
+			t.Errorf("Query(%q) under a drain: tier %v, degraded %v (%s); want the model's answer", q, res.resp.GetTier(), res.resp.GetDegraded(), res.resp.GetDegradedReason())
+		}
+		return
+	}
+	t.Fatal("none of 10 new questions reached the model")
 }
 
 // backendSearches is how many searches a search pod has sent its engine, from its
