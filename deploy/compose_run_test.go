@@ -144,10 +144,10 @@ func (r *composeRun) run() {
 	for _, name := range order {
 		switch s := r.service(name); {
 		case strings.HasPrefix(s.Image, "jaegertracing/"):
-			r.net.standIns[name+":4317"] = strings.TrimPrefix(r.collector.Endpoint(), "http://")
+			r.net.addStandIn(name+":4317", strings.TrimPrefix(r.collector.Endpoint(), "http://"))
 		case strings.HasPrefix(s.Image, "ollama/ollama:"):
 			r.llm = llmtest.New(t)
-			r.net.standIns[name+":11434"] = strings.TrimPrefix(r.llm.URL, "http://")
+			r.net.addStandIn(name+":11434", strings.TrimPrefix(r.llm.URL, "http://"))
 		}
 	}
 	for _, name := range order {
@@ -294,7 +294,7 @@ func (r *composeRun) startService(name string) {
 			t.Fatal("meilisearch: no MEILI_MASTER_KEY")
 		}
 		m := meilitest.New(t, *key)
-		r.net.standIns[name+":7700"] = strings.TrimPrefix(m.URL, "http://")
+		r.net.addStandIn(name+":7700", strings.TrimPrefix(m.URL, "http://"))
 		if s.HealthCheck != nil {
 			checkMeiliHealth(t, m.URL, *key)
 			r.healthy[name] = true

@@ -340,7 +340,7 @@ func (r *overlayRun) startBacking(s *appsv1.StatefulSet) {
 		}
 		for svc, ip := range r.net.ips {
 			if ip == r.podIPs[s.Name] {
-				r.net.standIns[svc+":"+strconv.Itoa(int(port))] = strings.TrimPrefix(m.URL, "http://")
+				r.net.addStandIn(svc+":"+strconv.Itoa(int(port)), strings.TrimPrefix(m.URL, "http://"))
 			}
 		}
 		checkMeiliHealth(t, m.URL, key)

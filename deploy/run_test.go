@@ -176,8 +176,10 @@ type network struct {
 	ips map[string]string
 	// headless maps a headless Service's name to the addresses of all its pods, which
 	// its DNS answer lists (ips holds the first); it changes as pods come and go.
-	headless   map[string][]string
-	headlessMu sync.Mutex
+	headless map[string][]string
+	// mu guards the maps once the DNS server reads them: the test's goroutine changes
+	// them (addStandIn, setPods) under it, the server answers under it.
+	mu sync.Mutex
 	// standIns maps "name:port" to the host:port of the test's stand-in.
 	standIns map[string]string
 	// namespace is the Kubernetes namespace ("" for compose), for the FQDN forms.
@@ -216,6 +218,8 @@ func (n *network) canonical(host string) string {
 // the name under the machine's own search domains, which Go's resolver tries first for
 // a name without dots.
 func (n *network) lookup(name string) ([]string, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	name = strings.TrimSuffix(strings.ToLower(name), ".")
 	svc := n.canonical(name)
 	if svc == "" {
@@ -229,19 +233,24 @@ func (n *network) lookup(name string) ([]string, bool) {
 	if !ok {
 		return nil, false
 	}
-	n.headlessMu.Lock()
-	defer n.headlessMu.Unlock()
 	if pods, ok := n.headless[svc]; ok {
 		return slices.Clone(pods), true
 	}
 	return []string{ip}, true
 }
 
+// addStandIn points "name:port" at a stand-in's host:port.
+func (n *network) addStandIn(nameport, addr string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.standIns[nameport] = addr
+}
+
 // setPods changes the addresses a headless Service's DNS answer lists, as the endpoints
 // controller does when a pod becomes ready or starts to terminate.
 func (n *network) setPods(svc string, ips []string) {
-	n.headlessMu.Lock()
-	defer n.headlessMu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	if n.headless == nil {
 		n.headless = map[string][]string{}
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -202,9 +203,12 @@ func TestRedisClusterBackendIsShared(t *testing.T) {
 	}
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(cl.Addrs(), ","), Protocol: 2, DisableIdentity: true})
 	defer client.Close()
+	var mu sync.Mutex // ForEachMaster calls each master at once
 	var keys []string
 	err := client.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 		k, err := node.Keys(ctx, "*").Result()
+		mu.Lock()
+		defer mu.Unlock()
 		keys = append(keys, k...)
 		return err
 	})
