@@ -211,10 +211,8 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	srvOpts := append(server.Options(), tlsOpt)
 	srvOpts = append(srvOpts, grpcx.WithAuth(policy)...)
 	srvOpts = append(srvOpts, grpcx.WithLimits(limiter, grpcx.Methods("/"+service+"/"))...)
-	srvOpts = append(srvOpts, cfg.Serve.ServerOptions()...)
-	srv := grpcx.NewServer(log, srvOpts...)
+	srv := cfg.Serve.NewServer(log, srvOpts...)
 	defer srv.Stop() // a start that fails below leaves nothing running
-	srv.SetDrain(cfg.Serve.Drain)
 	if cfg.Serve.Drain.Timeout < cfg.Route.AgentTimeout {
 		log.Warn("-drain-timeout is shorter than -agent-timeout: a shutdown cuts LLM answers in flight",
 			"drain_timeout", cfg.Serve.Drain.Timeout, "agent_timeout", cfg.Route.AgentTimeout)

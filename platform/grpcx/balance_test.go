@@ -3,8 +3,6 @@ package grpcx
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,12 +23,8 @@ func countingServer(t *testing.T, c ServeConfig) (addr string, calls *atomic.Int
 		calls.Add(1)
 		return h(ctx, req)
 	})
-	s := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), append(c.ServerOptions(), count)...)
-	s.SetDrain(c.Drain)
-	s.SetServing()
-	lis := loopback(t)
-	run(t, s, lis)
-	return lis.Addr().String(), calls
+	addr, _ = serveWith(t, loopback(t), func(s *Server) { s.SetDrain(c.Drain) }, append(c.serverOptions(), count)...)
+	return addr, calls
 }
 
 // dnsLike is a resolver that answers as DNS does for a headless Service: the answer

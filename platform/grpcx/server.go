@@ -83,8 +83,15 @@ func (c ServeConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ServerOptions are the options NewServer needs for c; SetDrain takes c.Drain.
-func (c ServeConfig) ServerOptions() []grpc.ServerOption {
+// NewServer is NewServer with the connection age and drain c says.
+func (c ServeConfig) NewServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
+	s := NewServer(log, append(opts, c.serverOptions()...)...)
+	s.SetDrain(c.Drain)
+	return s
+}
+
+// serverOptions are the grpc.Server options c needs (SetDrain takes c.Drain).
+func (c ServeConfig) serverOptions() []grpc.ServerOption {
 	if c.MaxConnectionAge <= 0 {
 		return nil
 	}

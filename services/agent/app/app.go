@@ -137,9 +137,8 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		log.Info("agent serving", "addr", lis.Addr().String(), "llm", cfg.LLM, "search", cfg.SearchAddr)
 	}
 	opts := append([]grpc.ServerOption{tlsOpt}, grpcx.WithAuth(policy)...)
-	s := grpcx.NewServer(log, append(opts, cfg.Serve.ServerOptions()...)...)
+	s := cfg.Serve.NewServer(log, opts...)
 	defer s.Stop() // a start that fails below leaves nothing running
-	s.SetDrain(cfg.Serve.Drain)
 	if cfg.HealthListen != "" {
 		if _, err := s.HealthOn(cfg.HealthListen); err != nil {
 			return err

@@ -178,10 +178,8 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	// Auth runs before the limits: a refused key takes no token and no slot.
 	opts := append([]grpc.ServerOption{tlsOpt}, grpcx.WithAuth(policy)...)
 	opts = append(opts, grpcx.WithLimits(limit.New(cfg.Limits, time.Now), grpcx.Methods("/"+quarryv1.KnowledgeService_ServiceDesc.ServiceName+"/"))...)
-	opts = append(opts, cfg.Serve.ServerOptions()...)
-	s := grpcx.NewServer(log, opts...)
+	s := cfg.Serve.NewServer(log, opts...)
 	defer s.Stop() // a start that fails below leaves nothing running
-	s.SetDrain(cfg.Serve.Drain)
 	if cfg.HealthListen != "" {
 		if _, err := s.HealthOn(cfg.HealthListen); err != nil {
 			return err
