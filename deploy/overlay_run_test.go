@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/quarry-router/quarry/platform/grpcx/tlstest"
 	"github.com/quarry-router/quarry/platform/telemetry/otlptest"
@@ -741,9 +740,7 @@ func (r *overlayRun) query(templates map[string]*corev1.PodTemplateSpec) {
 	// A caller that did not sample its trace: nothing of it may be exported.
 	caller.parent = newTraceparent(t, false)
 	r.unsampledTrace = traceID(caller.parent)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if _, err := quarryv1.NewQueryServiceClient(conn).Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: exampleKB, Query: unsampledQuestion}); err != nil {
+	if _, err := ask(conn, unsampledQuestion, 15*time.Second); err != nil {
 		t.Fatalf("Query(%q) from a caller whose trace is not sampled: %v", unsampledQuestion, err)
 	}
 }

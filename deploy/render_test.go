@@ -183,12 +183,7 @@ func checkServices(t *testing.T, objs []runtime.Object) {
 // serve TLS must be probed on its plaintext health port, and must mount the files its
 // TLS flags name.
 func checkTLSProbes(t *testing.T, objs []runtime.Object) {
-	config := map[string]string{}
-	for _, o := range objs {
-		if cm, ok := o.(*corev1.ConfigMap); ok && cm.Name == "quarry-config" {
-			config = cm.Data
-		}
-	}
+	config := quarryConfig(objs)
 	for _, o := range objs {
 		d, ok := o.(*appsv1.Deployment)
 		if !ok || !strings.HasPrefix(d.Name, "quarry-") {
@@ -232,12 +227,7 @@ func checkTLSProbes(t *testing.T, objs []runtime.Object) {
 // behind headless Services keep ending connections (-max-connection-age), without
 // which clients never reach replicas the autoscaler adds.
 func checkDrain(t *testing.T, objs []runtime.Object) {
-	config := map[string]string{}
-	for _, o := range objs {
-		if cm, ok := o.(*corev1.ConfigMap); ok && cm.Name == "quarry-config" {
-			config = cm.Data
-		}
-	}
+	config := quarryConfig(objs)
 	duration := func(key string) time.Duration {
 		t.Helper()
 		d, err := time.ParseDuration(config[key])
@@ -270,4 +260,14 @@ func checkDrain(t *testing.T, objs []runtime.Object) {
 	if timeout, agent := duration("QUARRY_GATEWAY_DRAIN_TIMEOUT"), duration("QUARRY_GATEWAY_AGENT_TIMEOUT"); timeout < agent {
 		t.Errorf("the gateway's drain timeout (%s) is shorter than its agent timeout (%s): a rollout cuts LLM answers in flight", timeout, agent)
 	}
+}
+
+// quarryConfig is the rendered ConfigMap quarry-config's data (empty without one).
+func quarryConfig(objs []runtime.Object) map[string]string {
+	for _, o := range objs {
+		if cm, ok := o.(*corev1.ConfigMap); ok && cm.Name == "quarry-config" {
+			return cm.Data
+		}
+	}
+	return map[string]string{}
 }

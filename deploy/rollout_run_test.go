@@ -50,11 +50,7 @@ func (r *overlayRun) checkReplicas(pods []*startedPod) {
 	}
 	conn := r.dialGateway(gateways[0].ip)
 	defer conn.Close()
-	ask := func(conn *grpc.ClientConn, q string) (*quarryv1.QueryResponse, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		return quarryv1.NewQueryServiceClient(conn).Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: exampleKB, Query: q})
-	}
+	const timeout = 15 * time.Second
 
 	before := make([]int, len(searches))
 	for i, sp := range searches {
@@ -62,7 +58,7 @@ func (r *overlayRun) checkReplicas(pods []*startedPod) {
 	}
 	const balanced = 8
 	for _, q := range questions[:balanced] {
-		if _, err := ask(conn, q); err != nil {
+		if _, err := ask(conn, q, timeout); err != nil {
 			t.Fatalf("Query(%q) through %s: %v", q, gateways[0].name, err)
 		}
 	}
@@ -77,7 +73,7 @@ func (r *overlayRun) checkReplicas(pods []*startedPod) {
 	if len(gateways) > 1 {
 		other := r.dialGateway(gateways[1].ip)
 		defer other.Close()
-		resp, err := ask(other, questions[0])
+		resp, err := ask(other, questions[0], timeout)
 		if err != nil {
 			t.Fatalf("Query(%q) through %s: %v", questions[0], gateways[1].name, err)
 		}
@@ -103,7 +99,7 @@ func (r *overlayRun) checkReplicas(pods []*startedPod) {
 				return
 			default:
 			}
-			resp, err := ask(conn, q)
+			resp, err := ask(conn, q, timeout)
 			switch {
 			case err != nil:
 				problems <- fmt.Sprintf("%q: %v", q, err)
@@ -178,9 +174,7 @@ func (r *overlayRun) checkDrainWithAnswerInFlight(pods []*startedPod) {
 	for _, q := range questions[:10] {
 		answered := make(chan result, 1)
 		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			resp, err := quarryv1.NewQueryServiceClient(conn).Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: exampleKB, Query: q})
+			resp, err := ask(conn, q, 30*time.Second)
 			answered <- result{resp, err}
 		}()
 		select {
@@ -211,6 +205,13 @@ func (r *overlayRun) checkDrainWithAnswerInFlight(pods []*startedPod) {
 		return
 	}
 	t.Fatal("none of 10 new questions reached the model")
+}
+
+// ask puts q about the example knowledge base to the gateway on conn, within timeout.
+func ask(conn *grpc.ClientConn, q string, timeout time.Duration) (*quarryv1.QueryResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return quarryv1.NewQueryServiceClient(conn).Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: exampleKB, Query: q})
 }
 
 // backendSearches is how many searches a search pod has sent its engine, from its
