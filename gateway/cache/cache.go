@@ -63,6 +63,9 @@ type Store interface {
 	Put(ctx context.Context, e *Entry) error
 }
 
+// MaxTTL is the longest -cache-ttl: ten years, as good as never.
+const MaxTTL = 10 * 365 * 24 * time.Hour
+
 // Config holds the cache limits (SPEC §2, T0 and T1).
 type Config struct {
 	// TTL is how long an entry may be served after it was stored.
@@ -92,6 +95,9 @@ func (c *Config) Validate() error {
 	switch {
 	case c.TTL <= 0:
 		return fmt.Errorf("-cache-ttl must be positive, got %s", c.TTL)
+	case c.TTL > MaxTTL:
+		// Expiry times are Unix nanoseconds, which end in 2262.
+		return fmt.Errorf("-cache-ttl must be at most %s (an answer is dropped anyway when its knowledge base changes), got %s", MaxTTL, c.TTL)
 	case c.MaxEntries < 1:
 		return fmt.Errorf("-cache-max-entries must be at least 1, got %d", c.MaxEntries)
 	case c.MaxEntryBytes < 1:

@@ -110,6 +110,10 @@ func (c *RedisConfig) Validate() error {
 		return fmt.Errorf("-redis-near-bytes must not be negative, got %d", c.NearBytes)
 	case c.TLSCAFile != "" && !c.TLS:
 		return errors.New("-redis-tls-ca needs -redis-tls")
+	case c.Cluster && c.KeyPrefix == "":
+		// Prefix would be "{}", an empty hash tag, which Redis Cluster ignores: every
+		// script's keys would spread over slots and fail with CROSSSLOT.
+		return errors.New("-redis-key-prefix must not be empty with -redis-cluster: it is the hash tag that keeps every key in one slot")
 	}
 	return nil
 }
@@ -161,8 +165,11 @@ func DefaultRedisConfig() RedisConfig {
 // otherwise. It does not connect: connections are made on first use and remade by the
 // client whenever Redis comes back after an outage.
 func (c *RedisConfig) NewClient() (redis.UniversalClient, error) {
+	// The address as Validate read it: a stray space or comma from an environment
+	// variable is not part of it.
+	addr := c.addrs()[0]
 	opt := &redis.Options{
-		Addr:        c.Addr,
+		Addr:        addr,
 		DB:          c.DB,
 		Username:    c.Username,
 		Password:    c.Password,
@@ -189,7 +196,7 @@ func (c *RedisConfig) NewClient() (redis.UniversalClient, error) {
 		if !c.Cluster {
 			// A cluster's nodes each have their own name: left empty, the TLS dial takes
 			// it from the address of the node being dialled.
-			tc.ServerName, _, _ = net.SplitHostPort(c.Addr)
+			tc.ServerName, _, _ = net.SplitHostPort(addr)
 		}
 		if c.TLSCAFile != "" {
 			pem, err := os.ReadFile(c.TLSCAFile)

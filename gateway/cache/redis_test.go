@@ -55,7 +55,7 @@ func TestRedisConformance(t *testing.T) {
 // client follows them there.
 func TestRedisClusterConformance(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	rc := testRedisConfig(cl.Addrs(), "")
+	rc := testRedisConfig(cl.Addrs(), "q:")
 	rc.Cluster = true
 	if err := rc.Validate(); err != nil {
 		t.Fatal(err)
@@ -107,6 +107,8 @@ func TestRedisConfigValidate(t *testing.T) {
 		{"a list needs -redis-cluster", func(c *cache.RedisConfig) { c.Addr = "a:1,b:2" }, "-redis-addr", ""},
 		{"a cluster node without a port", func(c *cache.RedisConfig) { c.Cluster, c.Addr = true, "a:1,b" }, "-redis-addr", ""},
 		{"a cluster has database 0 only", func(c *cache.RedisConfig) { c.Cluster, c.DB = true, 2 }, "-redis-db", ""},
+		{"a cluster needs a prefix to tag", func(c *cache.RedisConfig) { c.Cluster, c.KeyPrefix = true, "" }, "-redis-key-prefix", ""},
+		{"one server may do without a prefix", func(c *cache.RedisConfig) { c.KeyPrefix = "" }, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -126,6 +128,23 @@ func TestRedisConfigValidate(t *testing.T) {
 				t.Fatalf("Validate() = %v, want an error naming %s", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestRedisAddrIsDialledAsValidated: Validate reads -redis-addr with spaces and a
+// trailing comma trimmed (as an environment variable may carry them), so the client
+// must dial that address too, or the cache is off while its settings look valid.
+func TestRedisAddrIsDialledAsValidated(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, addr := range []string{srv.Addr + ",", srv.Addr + " ", " " + srv.Addr} {
+		rc := testRedisConfig(addr, "addr:")
+		if err := rc.Validate(); err != nil {
+			t.Fatalf("Validate(%q) = %v", addr, err)
+		}
+		s := cache.NewRedis(newClient(t, rc), cache.DefaultConfig(), rc, time.Now, nil)
+		if err := s.Put(context.Background(), rotateEntry("kb", 1)); err != nil {
+			t.Errorf("-redis-addr %q: Put = %v, want stored", addr, err)
+		}
 	}
 }
 
