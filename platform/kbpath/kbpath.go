@@ -25,6 +25,11 @@ var (
 // error messages and map lookups small.
 const MaxBytes = 1024
 
+// MaxSegmentBytes bounds each name in a path: the common file systems' NAME_MAX, past
+// which the file system itself refuses the name (ENAMETOOLONG) and the caller would get
+// an internal error for what is bad input.
+const MaxSegmentBytes = 255
+
 // Clean validates a user-supplied path relative to the tree root and returns it in
 // canonical form: forward slashes, no "./" prefix, no trailing slash, "" for the root.
 // Any ".." segment is rejected with ErrOutside, even one that would clean to a path
@@ -53,6 +58,9 @@ func Clean(p string) (string, error) {
 	for _, seg := range strings.Split(p, "/") {
 		if seg == ".." {
 			return "", fmt.Errorf("%w: %q", ErrOutside, p)
+		}
+		if len(seg) > MaxSegmentBytes {
+			return "", fmt.Errorf("%w: a name of %d bytes, over %d", ErrInvalid, len(seg), MaxSegmentBytes)
 		}
 	}
 	c := path.Clean(p)
