@@ -142,7 +142,7 @@ func cutRunes(s string, n int) string {
 // not start over at the default), and where it came from and where its full text is.
 type stubFront struct {
 	Title        string   `yaml:"title"`
-	Tags         []string `yaml:"tags,omitempty"`
+	Tags         []string `yaml:"tags,omitempty,flow"` // flow: a block list doubles a long tag line, past the front-matter limit the file itself met
 	Importance   float64  `yaml:"importance"`
 	ArchivedFrom string   `yaml:"archived_from"`
 	ArchivedAt   string   `yaml:"archived_at"`

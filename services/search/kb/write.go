@@ -1,6 +1,7 @@
 package kb
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -30,7 +31,8 @@ var (
 	ErrDuplicatePath = errors.New("path given twice")
 	// ErrExists means an archive or restore would overwrite a file.
 	ErrExists = errors.New("file exists")
-	// ErrNotArchivable means the file is a folder summary or already a ghost cue.
+	// ErrNotArchivable means the file is a folder summary or already a ghost cue, or
+	// archiving it would write files the loader cannot read back as archived.
 	ErrNotArchivable = errors.New("not an archivable knowledge file")
 	// ErrNotArchived means there is no archived full text for the path.
 	ErrNotArchived = errors.New("not archived")
@@ -149,8 +151,10 @@ type Upload struct {
 // op is one change to a knowledge base's folder.
 type op struct {
 	path string
-	// data is the bytes to write; nil removes the file.
-	data []byte
+	// remove deletes the file; otherwise data is written, even when empty (gRPC
+	// delivers an empty file's bytes as nil, so nil cannot mean "remove").
+	remove bool
+	data   []byte
 	// doc is the document data holds, for files the index holds (nil for removals and
 	// archived originals).
 	doc *tree.Document
@@ -287,11 +291,22 @@ func (r *Registry) planUploads(cur *KB, dir *tree.Dir, uploads []Upload, skips [
 			continue
 		}
 		prev := cur.Tree.ByPath[clean]
+		restore := false
 		if prev != nil && prev.Hash != "" && prev.Hash == hash(u.Data) {
-			p.files = append(p.files, FileResult{Path: clean, Outcome: Unchanged})
-			continue
+			// The index holds these bytes, but the folder, which a restart loads, may not:
+			// an edit the watcher refused (bad front matter) leaves its bytes there and
+			// the indexed version in the index. Then the upload is written again.
+			if old, ok, err := dir.Read(clean, r.cfg.Tree.MaxFileBytes); err == nil && ok && bytes.Equal(old, u.Data) {
+				p.files = append(p.files, FileResult{Path: clean, Outcome: Unchanged})
+				continue
+			}
+			restore = true
 		}
 		doc, err := parsed[i].doc, parsed[i].err
+		if restore {
+			// parseAll skipped it as unchanged.
+			doc, err = tree.ParseFile(cur.Tree.Root, clean, u.Data, p.placeholder, r.cfg.Tree)
+		}
 		if err != nil {
 			if err := reject(clean, err); err != nil {
 				return nil, err
@@ -300,7 +315,7 @@ func (r *Registry) planUploads(cur *KB, dir *tree.Dir, uploads []Upload, skips [
 		}
 		p.ops = append(p.ops, op{path: clean, data: u.Data, doc: doc})
 		p.files = append(p.files, FileResult{Path: clean, Outcome: Indexed})
-		if prev != nil {
+		if prev != nil && !restore {
 			p.curations = append(p.curations, clean)
 		}
 	}
@@ -309,13 +324,13 @@ func (r *Registry) planUploads(cur *KB, dir *tree.Dir, uploads []Upload, skips [
 			if seen[d.Path] {
 				continue
 			}
-			p.ops = append(p.ops, op{path: d.Path})
+			p.ops = append(p.ops, op{path: d.Path, remove: true})
 			p.files = append(p.files, FileResult{Path: d.Path, Outcome: Removed})
 			if tree.IsStub(d.Path) {
 				// The archived file's full text goes with its ghost cue.
 				if orig, ok := originalOf(d.Path); ok && !seen[orig] {
 					if _, exists, _ := dir.Read(orig, r.cfg.Tree.MaxFileBytes); exists {
-						p.ops = append(p.ops, op{path: orig})
+						p.ops = append(p.ops, op{path: orig, remove: true})
 						p.files = append(p.files, FileResult{Path: orig, Outcome: Removed})
 					}
 				}
@@ -372,10 +387,10 @@ func (r *Registry) DeleteFile(ctx context.Context, id, path string) (*WriteResul
 		if err := dir.Check(d.Path); err != nil {
 			return nil, err
 		}
-		p := &plan{ops: []op{{path: d.Path}}, files: []FileResult{{Path: d.Path, Outcome: Removed}}}
+		p := &plan{ops: []op{{path: d.Path, remove: true}}, files: []FileResult{{Path: d.Path, Outcome: Removed}}}
 		if orig, ok := originalOf(d.Path); ok && tree.IsStub(d.Path) {
 			if _, exists, _ := dir.Read(orig, r.cfg.Tree.MaxFileBytes); exists {
-				p.ops = append(p.ops, op{path: orig})
+				p.ops = append(p.ops, op{path: orig, remove: true})
 				p.files = append(p.files, FileResult{Path: orig, Outcome: Removed})
 			}
 		}
@@ -405,6 +420,18 @@ func (r *Registry) ArchiveFile(ctx context.Context, id, path string) (*ArchiveRe
 			return nil, fmt.Errorf("%w: %s is a %s", ErrNotArchivable, d.Path, map[bool]string{true: "folder summary", false: "ghost cue"}[d.Summary])
 		}
 		stub, orig := tree.ArchivePaths(d.Path)
+		// The loader must read back what archiving writes, or the snapshot and a restart
+		// disagree: a name ending in .stub.md would keep its full text where the loader
+		// takes it for a ghost cue, and a file at the deepest level would get its cue one
+		// level deeper than the loader walks.
+		if tree.IsStub(orig) {
+			return nil, fmt.Errorf("%w: %s: its full text would be read as a ghost cue; rename it first", ErrNotArchivable, d.Path)
+		}
+		for _, p := range []string{stub, orig} {
+			if _, err := tree.CheckFilePath(p, r.cfg.Tree); err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", ErrNotArchivable, d.Path, err)
+			}
+		}
 		if _, ok := cur.Tree.ByPath[stub]; ok {
 			return nil, fmt.Errorf("%w: %s", ErrExists, stub)
 		}
@@ -433,7 +460,7 @@ func (r *Registry) ArchiveFile(ctx context.Context, id, path string) (*ArchiveRe
 		if err != nil {
 			return nil, fmt.Errorf("archive %s: ghost cue: %w", d.Path, err)
 		}
-		pl.ops = []op{{path: orig, data: full}, {path: stub, data: data, doc: doc}, {path: d.Path}}
+		pl.ops = []op{{path: orig, data: full}, {path: stub, data: data, doc: doc}, {path: d.Path, remove: true}}
 		pl.files = []FileResult{
 			{Path: orig, Outcome: Indexed, Reason: "archived original: kept readable, not searched"},
 			{Path: stub, Outcome: Indexed},
@@ -478,10 +505,10 @@ func (r *Registry) RestoreFile(ctx context.Context, id, path string) (*WriteResu
 		if err != nil {
 			return nil, err
 		}
-		p.ops = []op{{path: target, data: full, doc: doc}, {path: orig}}
+		p.ops = []op{{path: target, data: full, doc: doc}, {path: orig, remove: true}}
 		p.files = []FileResult{{Path: target, Outcome: Indexed}, {Path: orig, Outcome: Removed}}
 		if _, ok := cur.Tree.ByPath[stub]; ok {
-			p.ops = append(p.ops, op{path: stub})
+			p.ops = append(p.ops, op{path: stub, remove: true})
 			p.files = append(p.files, FileResult{Path: stub, Outcome: Removed})
 		}
 		p.curations = []string{target}
@@ -735,6 +762,7 @@ func (r *Registry) applyFiles(dir *tree.Dir, p *plan) (func(), error) {
 				r.log.Error("undo a failed write", "path", p.ops[i].path, "err", err)
 			}
 		}
+		dir.RemoveCreatedFolders()
 	}
 	// Files already in the folder may be larger than a loadable one (that is why they
 	// were skipped); they are kept whole for the undo.
@@ -748,7 +776,7 @@ func (r *Registry) applyFiles(dir *tree.Dir, p *plan) (func(), error) {
 		if err != nil {
 			return err
 		}
-		if o.data == nil {
+		if o.remove {
 			if !exists {
 				return nil
 			}

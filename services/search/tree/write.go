@@ -1,6 +1,7 @@
 package tree
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -157,6 +159,9 @@ type Dir struct {
 	// from several goroutines.
 	mu      sync.Mutex
 	folders map[string]bool
+	// created are the folders Write made, so that an undone write can take them away
+	// again: an empty folder left behind would refuse a later file of the same name.
+	created []string
 	// lazy, when set, writes without an fsync per file; Sync makes them durable at once.
 	lazy bool
 }
@@ -263,7 +268,12 @@ func (d *Dir) Write(p string, data []byte) (time.Time, error) {
 	}
 	dir := path.Dir(p)
 	if dir != "." && !d.known(dir) {
-		if err := d.root.MkdirAll(dir, 0o755); err != nil {
+		missing := d.missingFolders(dir)
+		err := d.root.MkdirAll(dir, 0o755)
+		d.mu.Lock()
+		d.created = append(d.created, missing...)
+		d.mu.Unlock()
+		if err != nil {
 			return time.Time{}, fmt.Errorf("create folder %s: %w", dir, writeErr(err))
 		}
 		// Checked again, now that it exists: MkdirAll follows a link planted meanwhile.
@@ -300,6 +310,35 @@ func (d *Dir) Write(p string, data []byte) (time.Time, error) {
 	return fi.ModTime(), nil
 }
 
+// missingFolders returns folder and those of its parents that do not exist yet.
+func (d *Dir) missingFolders(folder string) []string {
+	var missing []string
+	for f := folder; f != "."; f = path.Dir(f) {
+		if _, err := d.root.Lstat(f); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		missing = append(missing, f)
+	}
+	return missing
+}
+
+// RemoveCreatedFolders removes the folders Write created that are empty again, deepest
+// first: what undoing a write's files leaves of it.
+func (d *Dir) RemoveCreatedFolders() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	sort.Slice(d.created, func(i, j int) bool {
+		return strings.Count(d.created[i], "/") > strings.Count(d.created[j], "/")
+	})
+	for _, f := range d.created {
+		// A folder that still holds something (a file another write put there) stays.
+		if err := d.root.Remove(f); err == nil || errors.Is(err, fs.ErrNotExist) {
+			delete(d.folders, f)
+		}
+	}
+	d.created = nil
+}
+
 // Remove deletes file p; a missing file is no error.
 func (d *Dir) Remove(p string) error {
 	if err := d.checkNoLinks(p); err != nil {
@@ -309,6 +348,63 @@ func (d *Dir) Remove(p string) error {
 		return fmt.Errorf("remove %s: %w", p, writeErr(err))
 	}
 	return nil
+}
+
+// ReadFiles reads the markdown files under folder (clean, relative to the tree's folder)
+// as the package's ReadFiles does, with paths relative to folder. Each folder on the way
+// is opened through the tree's root and checked to be the real folder its entry names,
+// never a link: opening the folder again by its full path would follow a link swapped in
+// meanwhile, out of the tree. A folder on the way that is a link is ErrSymlink, one that
+// is a file ErrNotKnowledgeFile, as Load would not read either.
+func (d *Dir) ReadFiles(ctx context.Context, folder string, cfg Config) ([]File, []Skip, error) {
+	if cfg == (Config{}) {
+		cfg = DefaultConfig()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", folder, err)
+	}
+	cur := d.root
+	defer func() {
+		if cur != d.root {
+			cur.Close()
+		}
+	}()
+	segs := strings.Split(folder, "/")
+	for i, seg := range segs {
+		sub := strings.Join(segs[:i+1], "/")
+		lfi, err := cur.Lstat(seg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read %s: %w", folder, err)
+		}
+		if lfi.Mode()&fs.ModeSymlink != 0 {
+			return nil, nil, fmt.Errorf("read %s: %w: %s", folder, ErrSymlink, sub)
+		}
+		if !lfi.IsDir() {
+			return nil, nil, fmt.Errorf("read %s: %w: %s is not a folder", folder, ErrNotKnowledgeFile, sub)
+		}
+		next, err := cur.OpenRoot(seg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read %s: %w", folder, err)
+		}
+		if cur != d.root {
+			cur.Close()
+		}
+		cur = next
+		fi, err := cur.Stat(".")
+		if err != nil {
+			return nil, nil, fmt.Errorf("read %s: %w", folder, err)
+		}
+		if !os.SameFile(lfi, fi) {
+			// Swapped between the check and the open, and os.Root may have followed a
+			// link to get here.
+			return nil, nil, fmt.Errorf("read %s: %w: %s changed while opened", folder, ErrSymlink, sub)
+		}
+	}
+	files, skips, err := readFiles(ctx, cur, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", folder, err)
+	}
+	return files, skips, nil
 }
 
 // Lstat describes p without following a link.
