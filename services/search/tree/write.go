@@ -303,6 +303,9 @@ func (d *Dir) Write(p string, data []byte) (time.Time, error) {
 		_ = d.root.Remove(tmp)
 		return time.Time{}, fmt.Errorf("write %s: %w", p, writeErr(err))
 	}
+	if err := d.syncFolder(dir); err != nil {
+		return time.Time{}, fmt.Errorf("write %s: %w", p, err)
+	}
 	fi, err := d.root.Lstat(p)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("stat %s: %w", p, err)
@@ -346,6 +349,27 @@ func (d *Dir) Remove(p string) error {
 	}
 	if err := d.root.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove %s: %w", p, writeErr(err))
+	}
+	if err := d.syncFolder(path.Dir(p)); err != nil {
+		return fmt.Errorf("remove %s: %w", p, err)
+	}
+	return nil
+}
+
+// syncFolder makes a change to folder's entries (a file renamed into place, or removed)
+// durable, outside a batch: the file's own fsync does not cover its name, and a crash
+// could otherwise bring back the old file after the write was acknowledged.
+func (d *Dir) syncFolder(folder string) error {
+	if d.lazy {
+		return nil // Sync covers the whole file system
+	}
+	f, err := d.root.Open(folder)
+	if err != nil {
+		return fmt.Errorf("sync folder %s: %w", folder, err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync folder %s: %w", folder, writeErr(err))
 	}
 	return nil
 }
