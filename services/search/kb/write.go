@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -439,8 +440,11 @@ func (r *Registry) ArchiveFile(ctx context.Context, id, path string) (*ArchiveRe
 			if err := dir.Check(p); err != nil {
 				return nil, err
 			}
-			if _, exists, err := dir.Read(p, r.cfg.Tree.MaxFileBytes); err != nil || exists {
+			// Anything there, of any size, is in the way.
+			if _, err := dir.Lstat(p); err == nil {
 				return nil, fmt.Errorf("%w: %s", ErrExists, p)
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("archive %s: %w", d.Path, err)
 			}
 		}
 		full, exists, err := dir.Read(d.Path, r.cfg.Tree.MaxFileBytes)
@@ -528,7 +532,7 @@ func (r *Registry) ReadArchivedFile(_ context.Context, id, path string) (*KB, *t
 	if err != nil {
 		return nil, nil, "", err
 	}
-	dir, err := tree.OpenDir(k.Tree.Root)
+	dir, err := tree.OpenExisting(k.Tree.Root)
 	if err != nil {
 		return nil, nil, "", err
 	}

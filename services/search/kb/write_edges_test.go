@@ -216,6 +216,30 @@ func TestOverlongNameIsInvalidArgument(t *testing.T) {
 	}
 }
 
+// TestReadingAnArchiveCreatesNothing: a read of an archived file whose knowledge base's
+// folder was removed is NOT_FOUND, and leaves no folder behind (it made the folder
+// again).
+func TestReadingAnArchiveCreatesNothing(t *testing.T) {
+	reg := newRegistry(t, defaultConfig(t))
+	root := writeTree(t, smallTree)
+	load(t, reg, "team", root)
+	a, err := reg.ArchiveFile(context.Background(), "team", "ops/pager.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(root); err != nil {
+		t.Fatal(err)
+	}
+	_, err = server.NewKnowledge(reg, slog.New(slog.DiscardHandler)).ReadArchivedFile(context.Background(),
+		&quarryv1.ReadArchivedFileRequest{KnowledgeBase: "team", Path: a.ArchivedPath})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("ReadArchivedFile with the folder gone: %v, want NotFound", err)
+	}
+	if _, err := os.Lstat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the read made the removed folder again: %v", err)
+	}
+}
+
 // folderFiles lists every entry under root, folders as "name/", sorted.
 func folderFiles(t *testing.T, root string) []string {
 	t.Helper()

@@ -178,6 +178,19 @@ func OpenDir(dir string) (*Dir, error) {
 	return &Dir{root: r, path: dir, folders: map[string]bool{}}, nil
 }
 
+// OpenExisting opens a tree's folder that must exist, for reading: a read must not
+// create the folder of a knowledge base that was removed.
+func OpenExisting(dir string) (*Dir, error) {
+	r, err := os.OpenRoot(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("open %s: %w: the folder is gone", dir, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	return &Dir{root: r, path: dir, folders: map[string]bool{}}, nil
+}
+
 // Batch makes Write skip the fsync of each file, for writes of many files: call Sync once
 // they are all written. One fsync per file made a 5,000-file sync wait on the disk
 // 5,000 times.
