@@ -188,20 +188,20 @@ func (r *run) iterate(ctx, tctx context.Context, deadline time.Time, step int) (
 // chat-completions format requires one per call). It returns why the loop must stop,
 // if it must.
 func (r *run) useTools(ctx, tctx context.Context, resp *ChatResponse, offered []string) (string, error) {
-	calls := make([]ToolCall, len(resp.ToolCalls))
-	for i, tc := range resp.ToolCalls {
-		if tc.ID == "" {
-			tc.ID = fmt.Sprintf("call_%d_%d", len(r.msgs), i)
-		}
-		calls[i] = tc
-	}
+	calls := r.uniqueCallIDs(resp.ToolCalls)
 	asked := make([]ToolCall, len(calls))
 	copy(asked, calls)
 	for i := range asked {
-		// Echo arguments back as valid JSON: servers that re-parse the history (vLLM,
-		// Ollama) reject a chat holding the garbage a model once wrote.
+		// Echo the calls back in a form servers accept, since those that re-validate
+		// the history (vLLM, Ollama) reject the whole chat over one bad call:
+		// garbage arguments become an empty object, a missing name a placeholder. The
+		// call is still run as the model wrote it, so its tool message says what was
+		// wrong (for a nameless call: no tool named "").
 		if !validJSONObject(asked[i].Arguments) {
 			asked[i].Arguments = "{}"
+		}
+		if asked[i].Name == "" {
+			asked[i].Name = unnamedTool
 		}
 	}
 	r.msgs = append(r.msgs, Message{Role: RoleAssistant, Content: resp.Content, ToolCalls: asked})
@@ -215,6 +215,40 @@ func (r *run) useTools(ctx, tctx context.Context, resp *ChatResponse, offered []
 		r.msgs = append(r.msgs, Message{Role: RoleTool, ToolCallID: tc.ID, Content: out})
 	}
 	return stop, nil
+}
+
+// unnamedTool stands in, in the echoed assistant turn, for the name of a call the model
+// wrote without one. It names no tool, so it cannot be mistaken for a call that ran.
+const unnamedTool = "unnamed_tool"
+
+// uniqueCallIDs returns a copy of one turn's calls in which every call has an id no
+// other call of the turn has: each tool message answers its call by id, and servers
+// reject a chat where an id is missing or two tool messages answer the same one. A
+// missing or repeated id (servers that number calls per turn, models that copy ids)
+// is replaced by a made-up one; the first call with a given id keeps it.
+func (r *run) uniqueCallIDs(in []ToolCall) []ToolCall {
+	calls := make([]ToolCall, len(in))
+	copy(calls, in)
+	taken := make(map[string]bool, len(calls)) // every id the turn uses or will use
+	for _, tc := range calls {
+		taken[tc.ID] = true
+	}
+	kept := make(map[string]bool, len(calls))
+	for i := range calls {
+		if id := calls[i].ID; id != "" && !kept[id] {
+			kept[id] = true
+			continue
+		}
+		// len(r.msgs) makes the id unique across turns too; the suffix avoids the
+		// ids the model wrote, which may look the same.
+		id := fmt.Sprintf("call_%d_%d", len(r.msgs), i)
+		for n := 1; taken[id]; n++ {
+			id = fmt.Sprintf("call_%d_%d_%d", len(r.msgs), i, n)
+		}
+		taken[id], kept[id] = true, true
+		calls[i].ID = id
+	}
+	return calls
 }
 
 // useTool runs one call, unless the loop has to stop (*stop says why, and is set here

@@ -448,6 +448,42 @@ func TestMalformedToolCallsGetToolErrors(t *testing.T) {
 	}
 }
 
+// Each tool message answers its call by id, so within a turn every call needs an id of
+// its own, or servers reject the next request. Missing and repeated ids are made up;
+// a made-up id must not take one the model wrote for a later call.
+func TestToolCallIDsAreUniqueWithinATurn(t *testing.T) {
+	tests := []struct {
+		name      string
+		ids, want []string
+	}{
+		{"distinct ids are kept", []string{"a", "b"}, []string{"a", "b"}},
+		{"missing ids are made up", []string{"", "a", ""}, []string{"call_2_0", "a", "call_2_2"}},
+		{"a repeat gets a new id, the first keeps it", []string{"a", "a", "a"}, []string{"a", "call_2_1", "call_2_2"}},
+		{"a made-up id avoids the model's", []string{"a", "a", "call_2_1"}, []string{"a", "call_2_1_1", "call_2_1"}},
+		{"as does a filled-in one", []string{"", "call_2_0"}, []string{"call_2_0_1", "call_2_0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &run{msgs: make([]Message, 2)}
+			in := make([]ToolCall, len(tt.ids))
+			for i, id := range tt.ids {
+				in[i] = ToolCall{ID: id, Name: "search", Arguments: "{}"}
+			}
+			got := r.uniqueCallIDs(in)
+			ids := make([]string, len(got))
+			for i, tc := range got {
+				ids[i] = tc.ID
+			}
+			if !slices.Equal(ids, tt.want) {
+				t.Errorf("ids %q, want %q", ids, tt.want)
+			}
+			if in[0].ID != tt.ids[0] {
+				t.Errorf("the model's calls were changed: %+v", in)
+			}
+		})
+	}
+}
+
 func TestLLMFailuresGiveAMarkedExtractiveAnswer(t *testing.T) {
 	t.Run("T3 quotes the pre-fetched documents", func(t *testing.T) {
 		h := newHarness(t, testConfig(), fail("HTTP 429 Too Many Requests after 3 attempts"))
