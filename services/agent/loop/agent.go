@@ -134,6 +134,14 @@ type run struct {
 // loop runs the calls until the model answers or the loop has to stop.
 func (r *run) loop(ctx context.Context) error {
 	deadline := time.Now().Add(r.a.cfg.Deadline)
+	if d, ok := ctx.Deadline(); ok {
+		// A caller with less time than -loop-deadline (its own gRPC deadline, or the
+		// gateway's -agent-timeout set too low) would get nothing from a loop that
+		// gathers until the caller gives up: the concluding answer keeps a third of it.
+		if byCaller := time.Now().Add(time.Until(d) * 2 / 3); byCaller.Before(deadline) {
+			deadline = byCaller
+		}
+	}
 	tctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	for step := 1; ; step++ {

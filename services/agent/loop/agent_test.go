@@ -395,6 +395,20 @@ func TestLoopStops(t *testing.T) {
 			t.Errorf("took %v", took)
 		}
 	})
+	t.Run("a caller's nearer deadline leaves time to conclude", func(t *testing.T) {
+		// -loop-deadline is far off; the caller gives up in 600 ms. Gathering until
+		// then would leave no answer at all.
+		h := newHarness(t, testConfig(), use(`search {"query":"on-call"}`), block, say("Gathered so far: the alert router."))
+		ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+		defer cancel()
+		ans, err := h.answer(t, ctx, t4Request())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ans.Llm.StopReason != StopDeadline || ans.Degraded || !strings.HasPrefix(ans.Answer, "Gathered so far") {
+			t.Errorf("answer %q trace %v", ans.Answer, ans.Llm)
+		}
+	})
 	t.Run("the deadline lets an answer that is being written finish", func(t *testing.T) {
 		cfg := testConfig()
 		cfg.Deadline = 50 * time.Millisecond

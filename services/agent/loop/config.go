@@ -41,7 +41,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.T4MaxTokens, "t4-max-tokens", 2048, "max_tokens of each T4 (agentic loop) call")
 	fs.Float64Var(&c.T4Temperature, "t4-temperature", 0.5, "temperature of T4 calls")
 	fs.IntVar(&c.T4MaxIterations, "t4-max-iterations", 50, "LLM calls with tools a T4 loop may make before it must answer")
-	fs.DurationVar(&c.Deadline, "loop-deadline", 40*time.Second, "deadline of the tool-using part of a T3/T4 answer; then the model answers from what it gathered (keep it below the gateway's -agent-timeout)")
+	fs.DurationVar(&c.Deadline, "loop-deadline", 40*time.Second, "deadline of the tool-using part of a T3/T4 answer; then the model answers from what it gathered (keep it below the gateway's -agent-timeout; a caller's nearer deadline shortens it to two thirds of the caller's time)")
 	fs.IntVar(&c.RepeatLimit, "loop-repeat-limit", 2, "stop the loop when the same tool call with the same arguments is asked for this many times")
 	fs.DurationVar(&c.ConcludeTimeout, "loop-conclude-timeout", 15*time.Second, "time for the final answer from what was gathered once the loop stopped")
 }
