@@ -39,11 +39,12 @@ type flight[T any] struct {
 	cancel context.CancelFunc
 	refs   int // guarded by group.mu
 
-	// Text published so far and the callers' sinks, so a caller that joins late still
-	// receives the whole streamed answer.
-	mu    sync.Mutex
-	text  strings.Builder
-	sinks []*sink
+	// The deltas published so far, so a caller that joins late still receives the whole
+	// streamed answer. published is closed and replaced by each publish, to wake the
+	// callers following the text without the flight ever calling them (see publish).
+	mu        sync.Mutex
+	deltas    []string
+	published chan struct{}
 }
 
 // join attaches the caller to the flight for key, starting fn in its own goroutine when
@@ -58,7 +59,7 @@ func (g *group[T]) join(ctx context.Context, key string, timeout time.Duration,
 		return f
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	f := &flight[T]{done: make(chan struct{}), cancel: cancel, refs: 1}
+	f := &flight[T]{done: make(chan struct{}), cancel: cancel, refs: 1, published: make(chan struct{})}
 	if g.m == nil {
 		g.m = make(map[string]*flight[T])
 	}
@@ -154,49 +155,74 @@ func (f *flight[T]) wait(ctx context.Context) (T, error) {
 	}
 }
 
+// publish appends a delta to the flight's text and wakes the callers following it. It
+// must never call them: a caller's send blocks while its client is not reading (HTTP/2
+// flow control), and the flight's goroutine, blocked there, would no longer see its
+// timeout, holding up every other caller of the question.
 func (f *flight[T]) publish(delta string) {
+	if delta == "" {
+		return
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.text.WriteString(delta)
-	for _, s := range f.sinks {
-		s.send(delta)
-	}
+	f.deltas = append(f.deltas, delta)
+	close(f.published)
+	f.published = make(chan struct{})
 }
 
-// subscribe sends fn the text published so far, then every later delta, until the
-// returned sink is closed. A nil fn subscribes nothing.
-func (f *flight[T]) subscribe(fn func(string)) *sink {
-	s := &sink{fn: fn, closed: fn == nil}
+// text is all the text published so far.
+func (f *flight[T]) text() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return strings.Join(f.deltas, "")
+}
+
+// follow is wait for a caller that streams the text: it first calls fn with the text
+// published so far, then with each later delta, in order, and returns the result only
+// once all the text has been delivered. fn runs on the caller's goroutine, so a client
+// that is slow to take the text holds up only its own caller, and it is never called
+// after follow returns. A nil fn only waits.
+func (f *flight[T]) follow(ctx context.Context, fn func(string)) (T, error) {
 	if fn == nil {
-		return s
+		return f.wait(ctx)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.text.Len() > 0 {
-		s.send(f.text.String())
+	var zero T
+	for sent := 0; ; {
+		// Checked before the text is read: once done is closed nothing more is published,
+		// so what is read then is the whole text.
+		finished := isClosed(f.done)
+		f.mu.Lock()
+		pending, published := f.deltas[sent:], f.published
+		f.mu.Unlock()
+		if sent == 0 && len(pending) > 1 {
+			// A caller that joins late catches up in one delta.
+			sent += len(pending) - 1
+			pending = []string{strings.Join(pending, "")}
+		}
+		for _, d := range pending {
+			if ctx.Err() != nil {
+				return zero, ctx.Err()
+			}
+			fn(d)
+			sent++
+		}
+		if finished {
+			return f.val, f.err
+		}
+		select {
+		case <-published:
+		case <-f.done:
+		case <-ctx.Done():
+			return zero, ctx.Err()
+		}
 	}
-	f.sinks = append(f.sinks, s)
-	return s
 }
 
-// sink forwards deltas to one caller until the caller is done with the flight; close
-// waits for a delivery in progress, so fn is never called after its caller returned.
-type sink struct {
-	mu     sync.Mutex
-	fn     func(string)
-	closed bool
-}
-
-func (s *sink) send(delta string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.closed {
-		s.fn(delta)
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
-}
-
-func (s *sink) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
 }

@@ -3,6 +3,10 @@ package route
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,4 +63,47 @@ func TestFailedFlightIsNotJoined(t *testing.T) {
 	if _, err := next.wait(ctx); !errors.Is(err, boom) || runs.Load() != 2 || next == first {
 		t.Fatalf("a caller after a failure joined the failed flight (runs %d)", runs.Load())
 	}
+}
+
+// Callers follow the text on their own goroutines while the flight goes on publishing,
+// so whenever one joins, it must still receive the whole text, in order and exactly
+// once, all of it before the result.
+func TestEveryFollowerReceivesTheWholeTextOnce(t *testing.T) {
+	const n = 200
+	var g group[string]
+	var want strings.Builder
+	for i := range n {
+		fmt.Fprintf(&want, "%d,", i)
+	}
+	started := make(chan struct{})
+	fn := func(_ context.Context, publish func(string)) (string, error) {
+		for i := range n {
+			publish(fmt.Sprintf("%d,", i))
+			if i == 0 {
+				close(started)
+			}
+			runtime.Gosched()
+		}
+		return "done", nil
+	}
+	ctx := context.Background()
+	first := g.join(ctx, "k", time.Second, fn)
+	defer g.leave("k", first)
+	<-started
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			f := first
+			if i > 0 { // the others join while the text is being published, or after
+				f = g.join(ctx, "k", time.Second, fn)
+				defer g.leave("k", f)
+			}
+			var got strings.Builder
+			v, err := f.follow(ctx, func(d string) { got.WriteString(d) })
+			if err != nil || v != "done" || got.String() != want.String() {
+				t.Errorf("follower %d: %q, %v, text %q; want done and the whole text", i, v, err, got.String())
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -492,16 +492,20 @@ func (c *call) agentAnswer(ctx context.Context, res *quarryv1.ResolveResponse, o
 	key := flightKey(c.kb, k, c.norm, false)
 	af := r.answers.join(ctx, key, r.cfg.AgentTimeout, r.answerFn(c.kb, c.req.GetQuery(), c.norm, c.tokens, g, k, res))
 	defer r.answers.leave(key, af)
-	s := af.subscribe(onDelta)
-	a, err := af.wait(ctx)
-	s.close()
+	a, err := af.follow(ctx, onDelta)
 	if err != nil {
 		c.stageSince("agent", start, "error")
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		r.log.ErrorContext(ctx, "agent flight failed", "kb", c.kb, "err", err)
-		return degraded(c.kb, res, g, "the agent failed"), nil
+		resp := degraded(c.kb, res, g, "the agent failed")
+		// follow has delivered all the flight's text; the fallback must follow it. The
+		// flight is over, so each caller sends that last delta itself.
+		if d := appendFallback(resp, af.text()); d != "" && onDelta != nil {
+			onDelta(d)
+		}
+		return resp, nil
 	}
 	outcome := "answered"
 	if a.resp.GetDegraded() {
@@ -519,6 +523,7 @@ func (c *call) agentAnswer(ctx context.Context, res *quarryv1.ResolveResponse, o
 // flight: the question still gets the extractive fallback, flagged and not cached.
 func (r *Router) answerFn(kb, query, norm string, tokens []string, gen, key uint64, res *quarryv1.ResolveResponse) func(context.Context, func(string)) (answered, error) {
 	return func(ctx context.Context, publish func(string)) (answered, error) {
+		var streamed strings.Builder
 		a, err := r.agent.Answer(ctx, &quarryv1.AnswerRequest{
 			KnowledgeBase:  kb,
 			Query:          query,
@@ -527,13 +532,20 @@ func (r *Router) answerFn(kb, query, norm string, tokens []string, gen, key uint
 			Sources:        res.GetSources(),
 			Generation:     gen,
 			ContentVersion: res.GetContentVersion(),
-		}, publish)
+		}, func(d string) {
+			streamed.WriteString(d)
+			publish(d)
+		})
 		if err != nil {
 			reason := agentFailure(err)
 			out := answered{resp: degraded(kb, res, gen, reason)}
-			if errors.Is(err, ErrNoProvider) {
-				// A configuration, not a failure: the fallback is the answer until an
-				// LLM provider is configured, so cache it like any other.
+			if d := appendFallback(out.resp, streamed.String()); d != "" {
+				// Callers have received some LLM text already: the fallback follows it.
+				publish(d)
+			}
+			if errors.Is(err, ErrNoProvider) && streamed.Len() == 0 {
+				// Before any text, a configuration, not a failure: the fallback is the
+				// answer until an LLM provider is configured, so cache it like any other.
 				out.stored = r.put(ctx, kb, key, norm, tokens, out.resp)
 				return out, nil
 			}
@@ -585,6 +597,19 @@ func degraded(kb string, res *quarryv1.ResolveResponse, gen uint64, reason strin
 		Generation:     gen,
 		ContentVersion: res.GetContentVersion(),
 	}
+}
+
+// appendFallback makes a degraded answer follow the text already streamed for it, as
+// the agent's own fallback does: callers have received that text as deltas, and
+// concatenated the deltas must equal the final answer (query.proto). It returns the
+// delta still to be sent, "" when nothing was streamed and resp is left as it is.
+func appendFallback(resp *quarryv1.QueryResponse, streamed string) string {
+	if streamed == "" {
+		return ""
+	}
+	d := "\n\n" + resp.GetAnswer()
+	resp.Answer = streamed + d
+	return d
 }
 
 // mergeSources lists the search's ranked sources first, then the documents the agent

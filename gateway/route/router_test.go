@@ -823,6 +823,101 @@ func TestLateCallerReceivesTheWholeStream(t *testing.T) {
 	}
 }
 
+// A streaming caller whose client stops reading blocks in its send (gRPC's stream.Send
+// under HTTP/2 flow control). Only that caller may wait: the flight is shared, and if
+// it delivered the deltas itself, every other caller of the question would wait too,
+// and the flight, stuck in a send, could not even end at its AgentTimeout.
+func TestASlowStreamingCallerHoldsUpOnlyItself(t *testing.T) {
+	agent := agentFunc(func(ctx context.Context, _ *quarryv1.AnswerRequest, onDelta func(string)) (*quarryv1.AgentAnswer, error) {
+		onDelta("Design reviews ")
+		onDelta("happen weekly.")
+		return &quarryv1.AgentAnswer{Answer: "Design reviews happen weekly."}, nil
+	})
+	h := newHarness(t, agent)
+	req := &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "What is our design review process?"}
+
+	inSend := make(chan struct{})
+	unblock := make(chan struct{})
+	var once sync.Once
+	var slow strings.Builder
+	type result struct {
+		resp *quarryv1.QueryResponse
+		err  error
+	}
+	slowDone := make(chan result, 1)
+	go func() {
+		resp, err := h.router.Query(context.Background(), req, func(d string) {
+			once.Do(func() { close(inSend) })
+			<-unblock // a client that does not read
+			slow.WriteString(d)
+		})
+		slowDone <- result{resp, err}
+	}()
+	select {
+	case <-inSend:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the slow caller never received a delta")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := h.router.Query(ctx, req, nil)
+	close(unblock)
+	if err != nil || resp.GetAnswer() != "Design reviews happen weekly." {
+		t.Fatalf("another caller of the question got %v, %q while a streaming caller was blocked; want the answer", err, resp.GetAnswer())
+	}
+	// Once its client reads again, the slow caller still receives every delta.
+	r := <-slowDone
+	if r.err != nil || r.resp.GetAnswer() != "Design reviews happen weekly." || slow.String() != r.resp.GetAnswer() {
+		t.Fatalf("slow caller: %v, streamed %q, final %q; want the whole answer", r.err, slow.String(), r.resp.GetAnswer())
+	}
+}
+
+// query.proto promises that the deltas concatenated equal the final answer. When the
+// agent fails after streaming some text, that text has gone out already, so the
+// extractive fallback must follow it, as the agent's own fallback does, rather than
+// replace it; and such an answer, degraded by a failure, is not cached.
+func TestAFailureMidStreamIsFollowedByTheFallback(t *testing.T) {
+	const want = "Design reviews happen \n\nExtract from arch/design.md."
+	cases := []struct {
+		name string
+		fail func() (*quarryv1.AgentAnswer, error)
+	}{
+		{"the agent's stream breaks", func() (*quarryv1.AgentAnswer, error) {
+			return nil, errors.New("agent answer: rpc error: code = Unavailable desc = connection reset")
+		}},
+		{"the agent times out", func() (*quarryv1.AgentAnswer, error) { return nil, context.DeadlineExceeded }},
+		// The flight itself fails (see run), and each caller ends its stream.
+		{"the agent client panics", func() (*quarryv1.AgentAnswer, error) { panic("agent client bug") }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var asked atomic.Int64
+			agent := agentFunc(func(ctx context.Context, _ *quarryv1.AnswerRequest, onDelta func(string)) (*quarryv1.AgentAnswer, error) {
+				asked.Add(1)
+				onDelta("Design reviews happen ")
+				return c.fail()
+			})
+			h := newHarness(t, agent)
+			req := &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "What is our design review process?"}
+			for i := range 2 {
+				var streamed strings.Builder
+				resp, err := h.router.Query(context.Background(), req, func(d string) { streamed.WriteString(d) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !resp.GetDegraded() || resp.GetFromCache() || resp.GetAnswer() != want || streamed.String() != want {
+					t.Fatalf("query %d: degraded %v, from cache %v, streamed %q, final %q; want both %q, degraded and not cached",
+						i, resp.GetDegraded(), resp.GetFromCache(), streamed.String(), resp.GetAnswer(), want)
+				}
+			}
+			if n := asked.Load(); n != 2 {
+				t.Fatalf("agent asked %d times, want 2: a failure is asked again", n)
+			}
+		})
+	}
+}
+
 // brokenStore is a cache that has gone away, as Redis might.
 type brokenStore struct{}
 

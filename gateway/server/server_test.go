@@ -75,8 +75,20 @@ func start(t *testing.T) quarryv1.QueryServiceClient {
 // startConn serves the QueryService on a loopback socket and returns a connection to it.
 func startConn(t *testing.T) *grpc.ClientConn {
 	t.Helper()
+	conn, err := grpcx.Dial(serve(t, route.DefaultConfig(), fakeAgent{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// serve serves the QueryService, answering LLM tiers with agent, on a loopback socket
+// until the test ends, and returns its address.
+func serve(t *testing.T, cfg route.Config, agent route.Agent) string {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	router := route.New(route.DefaultConfig(), cache.NewMemory(cache.DefaultConfig(), time.Now), fakeSearch{}, fakeAgent{}, fakeGens{}, log)
+	router := route.New(cfg, cache.NewMemory(cache.DefaultConfig(), time.Now), fakeSearch{}, agent, fakeGens{}, log)
 	srv := grpcx.NewServer(log, Options()...)
 	quarryv1.RegisterQueryServiceServer(srv, New(router, log))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -86,18 +98,13 @@ func startConn(t *testing.T) *grpc.ClientConn {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis) }()
-	conn, err := grpcx.Dial(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		conn.Close()
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return conn
+	return lis.Addr().String()
 }
 
 func TestQueryStatusCodes(t *testing.T) {
@@ -192,6 +199,73 @@ func TestQueryStreamSendsDeltasThenTheFinalResponse(t *testing.T) {
 	}
 	if _, err := bad.Recv(); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("stream without a request: %v, want INVALID_ARGUMENT", err)
+	}
+}
+
+// bigAgent streams a long answer: 2 MB in 64 KB deltas, far more than a client's
+// HTTP/2 flow-control window.
+type bigAgent struct{}
+
+func (bigAgent) Answer(_ context.Context, _ *quarryv1.AnswerRequest, onDelta func(string)) (*quarryv1.AgentAnswer, error) {
+	d := strings.Repeat("x", 64<<10)
+	for range 32 {
+		onDelta(d)
+	}
+	return &quarryv1.AgentAnswer{Answer: strings.Repeat(d, 32)}, nil
+}
+
+// A QueryStream client that stops reading (a stalled mobile client, a paused consumer)
+// blocks stream.Send under HTTP/2 flow control. Callers of the same question share one
+// agent flight, so that send must hold up only its own stream: not the flight, nor the
+// other callers, streaming or not. Once the client reads again it gets the whole answer.
+func TestAStalledStreamClientHoldsUpOnlyItsOwnStream(t *testing.T) {
+	addr := serve(t, route.DefaultConfig(), bigAgent{})
+	req := &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "design reviews"}
+
+	// The stalled client: a fixed 64 KB window, and it does not call Recv for now.
+	slowConn, err := grpcx.Dial(addr, grpc.WithInitialWindowSize(65535), grpc.WithInitialConnWindowSize(65535))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slowConn.Close()
+	sctx, scancel := context.WithCancel(context.Background())
+	defer scancel() // before the server stops, which waits for the stream
+	slow, err := quarryv1.NewQueryServiceClient(slowConn).QueryStream(sctx, &quarryv1.QueryStreamRequest{Request: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Lets the flight start and fill the stalled client's window, so the next caller
+	// joins it rather than starting its own (which would pass without showing anything).
+	time.Sleep(300 * time.Millisecond)
+
+	conn, err := grpcx.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	began := time.Now()
+	resp, err := quarryv1.NewQueryServiceClient(conn).Query(ctx, req)
+	if err != nil || resp.GetDegraded() || len(resp.GetAnswer()) != 2<<20 {
+		t.Fatalf("unary Query of the same question: %v after %v, degraded %v, %d bytes; want the agent's whole answer despite a stalled stream client",
+			err, time.Since(began).Round(time.Millisecond), resp.GetDegraded(), len(resp.GetAnswer()))
+	}
+
+	var deltas strings.Builder
+	for {
+		ev, err := slow.Recv()
+		if err != nil {
+			t.Fatalf("stalled client, reading again: %v after %d bytes of deltas", err, deltas.Len())
+		}
+		if final := ev.GetFinal(); final != nil {
+			if deltas.String() != final.GetAnswer() || final.GetAnswer() != resp.GetAnswer() {
+				t.Fatalf("stalled client: %d bytes of deltas, final answer of %d; want the deltas to make up the same answer",
+					deltas.Len(), len(final.GetAnswer()))
+			}
+			return
+		}
+		deltas.WriteString(ev.GetDelta())
 	}
 }
 
