@@ -73,17 +73,23 @@ func (r *Registry) rescan(ctx context.Context, seen map[string]map[string]stamp)
 			continue
 		}
 		before, known := seen[key(id, root)]
-		seen[key(id, root)] = now
 		if !known {
+			seen[key(id, root)] = now
 			continue
 		}
 		changed := changedFiles(before, now)
 		if len(changed) == 0 {
 			continue
 		}
-		if _, err := r.applyEdits(ctx, id, changed); err != nil && ctx.Err() == nil {
-			r.log.Warn("apply folder edits found by rescan", "kb", id, "err", err)
+		if _, err := r.applyEdits(ctx, id, changed); err != nil {
+			// The stamps seen before stay, so the next rescan finds these edits again
+			// rather than losing them.
+			if ctx.Err() == nil {
+				r.log.Warn("apply folder edits found by rescan", "kb", id, "err", err)
+			}
+			continue
 		}
+		seen[key(id, root)] = now
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -70,18 +71,33 @@ func (r *Registry) watchLoop(ctx context.Context, fw *folderWatcher) {
 	var quiet <-chan time.Time
 	var first time.Time
 	flush := func() {
+		retry := false
 		for id, set := range pending {
 			paths := make([]string, 0, len(set))
 			for p := range set {
 				paths = append(paths, p)
 			}
 			sort.Strings(paths)
-			if _, err := r.applyEdits(ctx, id, paths); err != nil && ctx.Err() == nil {
-				r.log.Warn("apply folder edits", "kb", id, "err", err)
+			_, err := r.applyEdits(ctx, id, paths)
+			if err == nil || ctx.Err() != nil {
+				delete(pending, id)
+				continue
 			}
+			r.log.Warn("apply folder edits", "kb", id, "err", err)
+			if errors.Is(err, ErrUnknownKB) || errors.Is(err, tree.ErrTooManyFiles) {
+				// Unloaded, or more files than it may hold: trying again cannot help.
+				delete(pending, id)
+				continue
+			}
+			// The events are gone once read: the edits stay pending, or they would be
+			// lost until the files change again.
+			retry = true
 		}
-		clear(pending)
 		quiet, first = nil, time.Time{}
+		if retry {
+			first = time.Now()
+			quiet = time.After(maxWatchDelay)
+		}
 	}
 	for {
 		select {
@@ -99,6 +115,9 @@ func (r *Registry) watchLoop(ctx context.Context, fw *folderWatcher) {
 			id, rel, ok := fw.locate(ev.Name)
 			if !ok || hidden(rel) {
 				continue
+			}
+			if ev.Has(fsnotify.Rename) || ev.Has(fsnotify.Remove) {
+				fw.unwatch(ev.Name)
 			}
 			if ev.Has(fsnotify.Create) {
 				if fi, err := os.Lstat(ev.Name); err == nil && fi.IsDir() {
@@ -150,6 +169,18 @@ func (fw *folderWatcher) walk(dir, id string, r *Registry) {
 		}
 		return nil
 	})
+}
+
+// unwatch stops watching a folder that was renamed or removed, and the folders below it.
+// inotify keeps a watch on a folder moved inside the tree, and fsnotify keeps its old
+// path: the walk of the new path would get that watch back, stale path and all, and
+// every later edit in it would be reported under the old path.
+func (fw *folderWatcher) unwatch(dir string) {
+	for _, p := range fw.w.WatchList() {
+		if p == dir || strings.HasPrefix(p, dir+string(filepath.Separator)) {
+			_ = fw.w.Remove(p) // a watch the kernel already dropped with its folder
+		}
+	}
 }
 
 // locate returns the knowledge base and relative path of an event's file.
@@ -227,19 +258,33 @@ func (r *Registry) applyEdits(ctx context.Context, id string, paths []string) (*
 				p.curations = append(p.curations, clean)
 			}
 		}
+		// drop removes rel and what was under it: it is no longer a file or folder the
+		// loader would reach.
+		drop := func(rel string) {
+			remove(rel)
+			for _, d := range under(rel) {
+				remove(d)
+			}
+		}
 		for _, rel := range paths {
 			fi, err := dir.Lstat(rel)
 			switch {
-			case errors.Is(err, fs.ErrNotExist):
-				remove(rel)
-				for _, d := range under(rel) {
-					remove(d)
-				}
+			case err != nil && (lost(err) || throughNonFolder(dir, rel)):
+				drop(rel)
+			case errors.Is(err, fs.ErrPermission):
+				r.log.Warn("edited path unreadable; the indexed version stays", "kb", id, "path", rel, "err", err)
 			case err != nil:
 				return nil, err
 			case fi.IsDir():
-				files, _, err := tree.ReadFiles(ctx, filepath.Join(cur.Tree.Root, filepath.FromSlash(rel)), r.cfg.Tree)
-				if err != nil {
+				files, _, err := dir.ReadFiles(ctx, rel, r.cfg.Tree)
+				switch {
+				case err != nil && lost(err):
+					drop(rel)
+					continue
+				case errors.Is(err, fs.ErrPermission):
+					r.log.Warn("edited folder unreadable; the indexed version stays", "kb", id, "path", rel, "err", err)
+					continue
+				case err != nil:
 					return nil, err
 				}
 				have := map[string]bool{}
@@ -254,9 +299,13 @@ func (r *Registry) applyEdits(ctx context.Context, id string, paths []string) (*
 					}
 				}
 			case !fi.Mode().IsRegular():
-				remove(rel) // the loader skips links and special files
+				drop(rel) // the loader skips links and special files, and what is under a link
 			case strings.HasSuffix(rel, ".md"):
 				data, _, err := dir.Read(rel, r.cfg.Tree.MaxFileBytes)
+				if err != nil && lost(err) {
+					drop(rel)
+					continue
+				}
 				if err != nil {
 					r.log.Warn("edited file unreadable; the indexed version stays", "kb", id, "path", rel, "err", err)
 					continue
@@ -267,4 +316,30 @@ func (r *Registry) applyEdits(ctx context.Context, id string, paths []string) (*
 		sort.Slice(p.files, func(i, j int) bool { return p.files[i].Path < p.files[j].Path })
 		return p, nil
 	})
+}
+
+// lost reports whether err, met looking up a path of the tree, means the path is no
+// longer a file or folder the loader would reach: missing, or through a file or a link.
+func lost(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ELOOP) ||
+		errors.Is(err, tree.ErrSymlink) || errors.Is(err, tree.ErrNotKnowledgeFile)
+}
+
+// throughNonFolder reports whether a folder on the way to rel is a link or a file. os.Root
+// refuses a path through a link out of the tree with an error no errors.Is matches
+// ("path escapes from parent"), so the way is checked one folder at a time.
+func throughNonFolder(dir *tree.Dir, rel string) bool {
+	for i := range len(rel) {
+		if rel[i] != '/' {
+			continue
+		}
+		fi, err := dir.Lstat(rel[:i])
+		if err != nil {
+			return lost(err)
+		}
+		if !fi.IsDir() {
+			return true
+		}
+	}
+	return false
 }

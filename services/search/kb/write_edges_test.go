@@ -278,12 +278,3 @@ func sortedKeys(files map[string]string) []string {
 	slices.Sort(out)
 	return out
 }
-
-// paths lists a snapshot's documents, in its order.
-func paths(k *kb.KB) string {
-	var out []string
-	for _, d := range k.Tree.Docs {
-		out = append(out, d.Path)
-	}
-	return strings.Join(out, " ")
-}

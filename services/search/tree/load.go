@@ -228,9 +228,18 @@ func ReadFiles(ctx context.Context, root string, cfg Config) ([]File, []Skip, er
 		return nil, nil, fmt.Errorf("read %s: %w", root, err)
 	}
 	defer r.Close()
-	l := &loader{ctx: ctx, root: r, rootName: rootName(root), cfg: cfg, log: slog.New(slog.DiscardHandler), raw: true}
-	if err := fs.WalkDir(r.FS(), ".", l.visit); err != nil {
+	files, skips, err := readFiles(ctx, r, cfg)
+	if err != nil {
 		return nil, nil, fmt.Errorf("read %s: %w", root, err)
+	}
+	return files, skips, nil
+}
+
+// readFiles is ReadFiles on a folder already open, cfg valid.
+func readFiles(ctx context.Context, r *os.Root, cfg Config) ([]File, []Skip, error) {
+	l := &loader{ctx: ctx, root: r, cfg: cfg, log: slog.New(slog.DiscardHandler), raw: true}
+	if err := fs.WalkDir(r.FS(), ".", l.visit); err != nil {
+		return nil, nil, err
 	}
 	// Read on every core, as Load does; results in walk order.
 	read := make([]File, len(l.pending))
@@ -256,7 +265,7 @@ func ReadFiles(ctx context.Context, root string, cfg Config) ([]File, []Skip, er
 	close(next)
 	wg.Wait()
 	if cerr != nil {
-		return nil, nil, fmt.Errorf("read %s: %w", root, cerr)
+		return nil, nil, cerr
 	}
 	files := make([]File, 0, len(l.pending))
 	for i, f := range read {

@@ -143,3 +143,44 @@ func TestParseFileHashesTheBytesAndRejectsWhatLoadSkips(t *testing.T) {
 		}
 	}
 }
+
+// Dir.ReadFiles reads a folder the watcher saw change through the tree's root, one folder
+// at a time: a folder that is a link, or below one, to outside the tree or inside it, is
+// refused, as Load never follows a link.
+func TestDirReadFilesNeverGoesThroughALink(t *testing.T) {
+	root, outside := t.TempDir(), t.TempDir()
+	for _, p := range []string{filepath.Join(root, "d", "sub", "x.md"), filepath.Join(root, "ops", "y.md"), filepath.Join(outside, "secret.md")} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("# X\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "out")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "ops"), filepath.Join(root, "in")); err != nil {
+		t.Fatal(err)
+	}
+	d, err := OpenDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	files, _, err := d.ReadFiles(t.Context(), "d", DefaultConfig())
+	if err != nil || len(files) != 1 || files[0].Path != "sub/x.md" {
+		t.Fatalf("ReadFiles(d) = %v, %v; want sub/x.md alone", files, err)
+	}
+	for _, p := range []string{"out", "in", "out/sub"} {
+		if files, _, err := d.ReadFiles(t.Context(), p, DefaultConfig()); !errors.Is(err, ErrSymlink) {
+			t.Errorf("ReadFiles(%s) = %v, %v; want ErrSymlink", p, files, err)
+		}
+	}
+	if _, _, err := d.ReadFiles(t.Context(), "ops/y.md", DefaultConfig()); !errors.Is(err, ErrNotKnowledgeFile) {
+		t.Errorf("ReadFiles of a file = %v, want ErrNotKnowledgeFile", err)
+	}
+	if _, _, err := d.ReadFiles(t.Context(), "gone", DefaultConfig()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("ReadFiles of a missing folder = %v, want os.ErrNotExist", err)
+	}
+}
