@@ -198,12 +198,14 @@ func (r *Registry) SyncFiles(ctx context.Context, id string, files []Upload, kee
 // SyncTree makes a knowledge base equal to a folder under WriteConfig.SyncRoot, read
 // with the loader's rules (files the loader would skip are rejected with its reason).
 func (r *Registry) SyncTree(ctx context.Context, id, source string, keepMissing bool) (*WriteResult, error) {
-	src, err := r.syncSource(source)
+	base, src, err := r.syncSource(source)
 	if err != nil {
 		return nil, err
 	}
 	return r.write(ctx, id, true, func(cur *KB, dir *tree.Dir) (*plan, error) {
-		files, skips, err := tree.ReadFiles(ctx, src, r.cfg.Tree)
+		// Read beneath the sync root: a link swapped in on the way since syncSource
+		// checked it cannot lead out.
+		files, skips, err := tree.ReadFilesBeneath(ctx, base, src, r.cfg.Tree)
 		if err != nil {
 			return nil, fmt.Errorf("sync %s: %w", id, err)
 		}
@@ -215,14 +217,15 @@ func (r *Registry) SyncTree(ctx context.Context, id, source string, keepMissing 
 	})
 }
 
-// syncSource resolves a SyncTree source and checks it is under SyncRoot, links resolved.
-func (r *Registry) syncSource(source string) (string, error) {
+// syncSource resolves a SyncTree source and checks it is under SyncRoot, links resolved:
+// it returns the resolved sync root and the source relative to it.
+func (r *Registry) syncSource(source string) (root, rel string, err error) {
 	if r.cfg.Write.SyncRoot == "" {
-		return "", fmt.Errorf("%w: the service has no -sync-root; upload the files with SyncFiles", ErrSyncSource)
+		return "", "", fmt.Errorf("%w: the service has no -sync-root; upload the files with SyncFiles", ErrSyncSource)
 	}
-	root, err := filepath.EvalSymlinks(r.cfg.Write.SyncRoot)
+	root, err = filepath.EvalSymlinks(r.cfg.Write.SyncRoot)
 	if err != nil {
-		return "", fmt.Errorf("%w: -sync-root: %v", ErrSyncSource, err)
+		return "", "", fmt.Errorf("%w: -sync-root: %v", ErrSyncSource, err)
 	}
 	root, _ = filepath.Abs(root)
 	src := source
@@ -231,13 +234,14 @@ func (r *Registry) syncSource(source string) (string, error) {
 	}
 	src, err = filepath.EvalSymlinks(src)
 	if err != nil {
-		return "", fmt.Errorf("%w: %q: %v", ErrSyncSource, source, err)
+		return "", "", fmt.Errorf("%w: %q: %v", ErrSyncSource, source, err)
 	}
 	src, _ = filepath.Abs(src)
-	if rel, err := filepath.Rel(root, src); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return "", fmt.Errorf("%w: %q is outside -sync-root", ErrSyncSource, source)
+	rel, err = filepath.Rel(root, src)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", "", fmt.Errorf("%w: %q is outside -sync-root", ErrSyncSource, source)
 	}
-	return src, nil
+	return root, rel, nil
 }
 
 // planUploads works out a sync (or, with single, an upsert, whose rejection is an error).

@@ -235,6 +235,33 @@ func ReadFiles(ctx context.Context, root string, cfg Config) ([]File, []Skip, er
 	return files, skips, nil
 }
 
+// ReadFilesBeneath is ReadFiles of the folder rel under base, where links on the way to
+// rel may be followed but never out of base, even when one is swapped in while the
+// folder is opened: os.Root resolves every step beneath base.
+func ReadFilesBeneath(ctx context.Context, base, rel string, cfg Config) ([]File, []Skip, error) {
+	if cfg == (Config{}) {
+		cfg = DefaultConfig()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", rel, err)
+	}
+	b, err := os.OpenRoot(base)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", base, err)
+	}
+	defer b.Close()
+	r, err := b.OpenRoot(rel)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", rel, err)
+	}
+	defer r.Close()
+	files, skips, err := readFiles(ctx, r, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", rel, err)
+	}
+	return files, skips, nil
+}
+
 // readFiles is ReadFiles on a folder already open, cfg valid.
 func readFiles(ctx context.Context, r *os.Root, cfg Config) ([]File, []Skip, error) {
 	l := &loader{ctx: ctx, root: r, cfg: cfg, log: slog.New(slog.DiscardHandler), raw: true}

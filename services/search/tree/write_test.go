@@ -184,3 +184,33 @@ func TestDirReadFilesNeverGoesThroughALink(t *testing.T) {
 		t.Errorf("ReadFiles of a missing folder = %v, want os.ErrNotExist", err)
 	}
 }
+
+// ReadFilesBeneath reads a sync source under the sync root: links on the way may be
+// followed while they stay beneath it (operators point "current" at a release), never
+// out of it.
+func TestReadFilesBeneathStaysBeneath(t *testing.T) {
+	base, outside := t.TempDir(), t.TempDir()
+	for _, p := range []string{filepath.Join(base, "release-2", "x.md"), filepath.Join(outside, "secret.md")} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("# X\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("release-2", filepath.Join(base, "current")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(base, "out")); err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{"release-2", "current"} {
+		files, _, err := ReadFilesBeneath(t.Context(), base, rel, DefaultConfig())
+		if err != nil || len(files) != 1 || files[0].Path != "x.md" {
+			t.Errorf("ReadFilesBeneath(%s) = %v, %v; want x.md alone", rel, files, err)
+		}
+	}
+	if files, _, err := ReadFilesBeneath(t.Context(), base, "out", DefaultConfig()); err == nil {
+		t.Errorf("ReadFilesBeneath through a link out of the base = %v, want an error", files)
+	}
+}
