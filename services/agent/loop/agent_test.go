@@ -93,6 +93,7 @@ type memKB struct {
 	gen       uint64
 	version   uint64
 	noMan     bool
+	hangMan   bool // Manifest waits for its context to end, as a hung search replica would
 }
 
 func newKB() *memKB {
@@ -121,10 +122,14 @@ func (m *memKB) ListFolder(context.Context, string, string) ([]*quarryv1.FolderE
 	return []*quarryv1.FolderEntry{{Path: "deploy", Folder: true}}, nil
 }
 
-func (m *memKB) Manifest(context.Context, string) (*quarryv1.GetManifestResponse, error) {
+func (m *memKB) Manifest(ctx context.Context, _ string) (*quarryv1.GetManifestResponse, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.manifests++
+	if m.hangMan {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	if m.noMan {
 		return nil, errors.New("search unavailable")
 	}
@@ -615,6 +620,29 @@ func TestTheCallerGoingAwayStopsTheAnswer(t *testing.T) {
 	})
 }
 
+// TestAHungManifestFetchIsLeftOut: the manifest is a map the answer can do without, so
+// a search service that does not answer its fetch costs -manifest-timeout, not the
+// answer.
+func TestAHungManifestFetchIsLeftOut(t *testing.T) {
+	cfg := testConfig()
+	cfg.ManifestTimeout = 50 * time.Millisecond
+	h := newHarness(t, cfg, say("Answered without the map."))
+	h.kb.hangMan = true
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	began := time.Now()
+	ans, err := h.answer(t, ctx, t4Request())
+	if err != nil || ans.Degraded || ans.Answer != "Answered without the map." {
+		t.Fatalf("answer %q degraded %v err %v", ans.GetAnswer(), ans.GetDegraded(), err)
+	}
+	if took := time.Since(began); took > 2*time.Second {
+		t.Errorf("took %v: the hung fetch held the answer", took)
+	}
+	if msgs := h.llm.requests()[0].Messages; strings.Contains(msgs[len(msgs)-1].Content, "Structure of the knowledge base") {
+		t.Error("the prompt has a manifest section, with no manifest fetched")
+	}
+}
+
 func TestTheManifestIsFetchedOncePerGeneration(t *testing.T) {
 	h := newHarness(t, testConfig(), say("one"), say("two"), say("three"), say("four"))
 	ctx := context.Background()
@@ -688,6 +716,7 @@ func TestConfigValidate(t *testing.T) {
 		{"a repeat limit of 1 would stop every call", func(c *Config) { c.RepeatLimit = 1 }, "-loop-repeat-limit"},
 		{"temperature is in [0,2]", func(c *Config) { c.T4Temperature = 3 }, "-t4-temperature"},
 		{"the deadline is positive", func(c *Config) { c.Deadline = 0 }, "-loop-deadline"},
+		{"the manifest fetch has time", func(c *Config) { c.ManifestTimeout = 0 }, "-manifest-timeout"},
 		{"iterations are at least 1", func(c *Config) { c.T4MaxIterations = 0 }, "-t4-max-iterations"},
 	}
 	for _, tt := range tests {

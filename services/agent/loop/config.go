@@ -31,6 +31,9 @@ type Config struct {
 	// ConcludeTimeout bounds the final call that answers from what was gathered after
 	// the loop stopped (repeats, iterations, deadline).
 	ConcludeTimeout time.Duration
+	// ManifestTimeout bounds the fetch of the knowledge base's manifest for the prompt;
+	// past it the answer goes on without it.
+	ManifestTimeout time.Duration
 }
 
 // RegisterFlags registers the loop flags with their defaults.
@@ -44,6 +47,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Deadline, "loop-deadline", 40*time.Second, "deadline of the tool-using part of a T3/T4 answer; then the model answers from what it gathered (keep it below the gateway's -agent-timeout; a caller's nearer deadline shortens it to two thirds of the caller's time)")
 	fs.IntVar(&c.RepeatLimit, "loop-repeat-limit", 2, "stop the loop when the same tool call with the same arguments is asked for this many times")
 	fs.DurationVar(&c.ConcludeTimeout, "loop-conclude-timeout", 15*time.Second, "time for the final answer from what was gathered once the loop stopped")
+	fs.DurationVar(&c.ManifestTimeout, "manifest-timeout", 2*time.Second, "time to fetch a knowledge base's manifest for the prompt (cached per content version); past it the answer is prompted without it")
 }
 
 // Validate rejects settings the loop cannot work with, naming the flag.
@@ -63,6 +67,7 @@ func (c *Config) Validate() error {
 	check(c.Deadline > 0, "-loop-deadline must be positive, got %s", c.Deadline)
 	check(c.RepeatLimit >= 2, "-loop-repeat-limit must be at least 2 (a call made once is not a repeat), got %d", c.RepeatLimit)
 	check(c.ConcludeTimeout > 0, "-loop-conclude-timeout must be positive, got %s", c.ConcludeTimeout)
+	check(c.ManifestTimeout > 0, "-manifest-timeout must be positive, got %s", c.ManifestTimeout)
 	return errors.Join(errs...)
 }
 

@@ -106,7 +106,11 @@ func (c *manifests) get(ctx context.Context, a *Agent, kb string, gen, version u
 	case ok && version == 0 && gen != 0 && cached.gen >= gen:
 		return cached.text
 	}
-	m, err := a.tools.Manifest(ctx, kb)
+	// A search replica that hangs (a partition drops packets, nothing resets) would
+	// otherwise hold the answer until the caller gives up, for a map it can do without.
+	mctx, cancel := context.WithTimeout(ctx, a.cfg.ManifestTimeout)
+	defer cancel()
+	m, err := a.tools.Manifest(mctx, kb)
 	if err != nil {
 		a.log.WarnContext(ctx, "manifest unavailable; prompting without it", "kb", kb, "err", err)
 		if ok {
