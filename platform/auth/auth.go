@@ -89,6 +89,10 @@ func LoadPolicy(path string, writeMethods ...string) (*Policy, error) {
 		if keys, err = Load(path); err != nil {
 			return nil, fmt.Errorf("-auth-keys: %w", err)
 		}
+		if len(keys) == 0 {
+			// No keys means open: a file emptied by mistake must not open the service.
+			return nil, fmt.Errorf("-auth-keys %s: no keys in it (leave the flag out to run without keys)", path)
+		}
 	}
 	p, err := NewPolicy(keys, writeMethods...)
 	if err != nil {
@@ -175,7 +179,7 @@ func (p *Policy) authorize(ctx context.Context, method, kb string) (*parsedKey, 
 		return match, ErrDenied
 	}
 	// An empty kb (e.g. listing knowledge bases) needs a key, nothing more.
-	if kb != "" && !slices.Contains(match.KnowledgeBases, "*") && !slices.Contains(match.KnowledgeBases, kb) {
+	if kb != "" && !(Caller{KnowledgeBases: match.KnowledgeBases}).May(kb) {
 		return match, ErrDenied
 	}
 	return match, nil
@@ -190,6 +194,20 @@ type Caller struct {
 	ID string
 	// Limits are the key's overrides of the service's limits.
 	Limits limit.Limits
+	// KnowledgeBases the key may use ("*": all).
+	KnowledgeBases []string
+}
+
+// May reports whether the caller's key may use knowledge base kb.
+func (c Caller) May(kb string) bool {
+	return slices.Contains(c.KnowledgeBases, "*") || slices.Contains(c.KnowledgeBases, kb)
+}
+
+// Allowed reports whether the call in ctx may use knowledge base kb: always on an open
+// policy, which records no caller. For what lists knowledge bases, whose calls name none.
+func Allowed(ctx context.Context, kb string) bool {
+	c, ok := CallerFrom(ctx)
+	return !ok || c.May(kb)
 }
 
 type callerKey struct{}
@@ -204,7 +222,7 @@ func withCaller(ctx context.Context, k *parsedKey) context.Context {
 	if k == nil {
 		return ctx
 	}
-	return context.WithValue(ctx, callerKey{}, Caller{Name: k.Name, ID: k.SHA256, Limits: k.Limits})
+	return context.WithValue(ctx, callerKey{}, Caller{Name: k.Name, ID: k.SHA256, Limits: k.Limits, KnowledgeBases: k.KnowledgeBases})
 }
 
 func (p *Policy) needsWrite(method string) bool {
@@ -220,7 +238,9 @@ func (p *Policy) needsWrite(method string) bool {
 func bearer(ctx context.Context) (string, bool) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, v := range md.Get("authorization") {
-		if k, ok := strings.CutPrefix(v, "Bearer "); ok && k != "" {
+		// The scheme is case-insensitive (RFC 7235); clients send "bearer" too.
+		scheme, k, ok := strings.Cut(strings.TrimSpace(v), " ")
+		if k = strings.TrimSpace(k); ok && strings.EqualFold(scheme, "Bearer") && k != "" {
 			return k, true
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/auth"
 	"github.com/quarry-router/quarry/services/search/gate"
 	"github.com/quarry-router/quarry/services/search/kb"
 	"github.com/quarry-router/quarry/services/search/resolve"
@@ -132,13 +133,27 @@ func (s *Server) GetManifest(ctx context.Context, req *quarryv1.GetManifestReque
 
 // ListKnowledgeBases lists the knowledge bases.
 func (s *Server) ListKnowledgeBases(ctx context.Context, _ *quarryv1.ListKnowledgeBasesRequest) (*quarryv1.ListKnowledgeBasesResponse, error) {
-	return &quarryv1.ListKnowledgeBasesResponse{KnowledgeBases: states(s.reg.States())}, nil
+	return &quarryv1.ListKnowledgeBasesResponse{KnowledgeBases: states(visible(ctx, s.reg.States()))}, nil
+}
+
+// visible keeps the knowledge bases the caller's key may use: a key limited to some
+// must not learn that the others exist, as PERMISSION_DENIED does not tell it either.
+func visible(ctx context.Context, ss []kb.State) []kb.State {
+	out := make([]kb.State, 0, len(ss))
+	for _, st := range ss {
+		if auth.Allowed(ctx, st.ID) {
+			out = append(out, st)
+		}
+	}
+	return out
 }
 
 // WatchGenerations streams generation changes.
 func (s *Server) WatchGenerations(_ *quarryv1.WatchGenerationsRequest, stream grpc.ServerStreamingServer[quarryv1.WatchGenerationsResponse]) error {
 	ch, stop := s.reg.Watch()
 	defer stop()
+	ctx := stream.Context()
+	first := true
 	for {
 		select {
 		case <-stream.Context().Done():
@@ -148,6 +163,11 @@ func (s *Server) WatchGenerations(_ *quarryv1.WatchGenerationsRequest, stream gr
 			// it; watchers reconnect to another replica.
 			return status.Error(codes.Unavailable, "search service shutting down")
 		case st := <-ch:
+			st = visible(ctx, st)
+			if len(st) == 0 && !first {
+				continue // changes of knowledge bases the caller may not see
+			}
+			first = false
 			if err := stream.Send(&quarryv1.WatchGenerationsResponse{KnowledgeBases: states(st)}); err != nil {
 				return err
 			}
