@@ -46,12 +46,9 @@ func WithLimits(l *limit.Limiter, applies func(method string) bool) []grpc.Serve
 			if !applies(info.FullMethod) {
 				return handler(srv, ss)
 			}
-			release, err := acquire(ss.Context(), l)
-			if err != nil {
-				return exhausted(ss.Context(), err, ss.SetTrailer)
-			}
-			defer release()
-			return handler(srv, ss)
+			ls := &limitedStream{ServerStream: ss, l: l}
+			defer ls.release()
+			return handler(srv, ls)
 		}),
 	}
 }
@@ -73,6 +70,35 @@ func Methods(names ...string) func(method string) bool {
 			}
 		}
 		return false
+	}
+}
+
+// limitedStream takes a stream's token and slot when its first message has been read,
+// not when it opens: auth checks the knowledge base a stream names as its messages are
+// read (the stream is opened before any arrives), and a refused call takes nothing, on
+// a stream as on a unary call.
+type limitedStream struct {
+	grpc.ServerStream
+	l    *limit.Limiter
+	held bool
+	done func() // gives the token's slot back
+}
+
+func (s *limitedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil || s.held {
+		return err
+	}
+	release, err := acquire(s.Context(), s.l)
+	if err != nil {
+		return exhausted(s.Context(), err, s.SetTrailer)
+	}
+	s.held, s.done = true, release
+	return nil
+}
+
+func (s *limitedStream) release() {
+	if s.held {
+		s.done()
 	}
 }
 
