@@ -493,15 +493,15 @@ func (c Config) uncoveredSubject(in OODInput, top []rank.Result, literal func(st
 		return false
 	}
 	var stems []string
-	var total float64
 	for _, w := range in.Terms {
-		if text.IsStopWord(w) || literal(w) {
-			continue
+		if !text.IsStopWord(w) && !literal(w) {
+			stems = append(stems, text.Stem(w))
 		}
-		if s := text.Stem(w); !slices.Contains(stems, s) {
-			stems = append(stems, s)
-			total += in.IDF(s)
-		}
+	}
+	stems = rank.Distinct(stems)
+	var total float64
+	for _, s := range stems {
+		total += in.IDF(s)
 	}
 	if total <= 0 {
 		return false

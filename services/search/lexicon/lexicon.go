@@ -289,9 +289,10 @@ func discourseLabel(query string) int {
 // is a name, not a request.
 func asking(query string, words []string) int {
 	n := 0
+	var caps map[string]bool // the query's words in capitals, made at the first verb
 	for i, w := range words {
 		switch {
-		case askingVerbs[w] && !shouted(query, w):
+		case askingVerbs[w] && !shouted(query, w, &caps):
 			n = i + 1
 			if i+1 < len(words) && words[i+1] == "us" { // "tell us", not the country
 				n++
@@ -370,15 +371,19 @@ var closers = [][]string{
 	{"any", "help", "appreciated"}, {"help", "appreciated"}, {"much", "appreciated"}, {"appreciated"},
 }
 
-// shouted reports whether query holds w in capitals as a word of its own.
-func shouted(query, w string) bool {
-	up := strings.ToUpper(w)
-	for _, q := range strings.FieldsFunc(query, func(r rune) bool { return !unicode.IsLetter(r) }) {
-		if q == up && len(q) > 1 {
-			return true
+// shouted reports whether query holds w in capitals as a word of its own. *caps holds
+// the query's words in capitals once a first call has read them: read again for each
+// word, a query of one verb repeated took seconds.
+func shouted(query, w string, caps *map[string]bool) bool {
+	if *caps == nil {
+		*caps = map[string]bool{}
+		for _, q := range strings.FieldsFunc(query, func(r rune) bool { return !unicode.IsLetter(r) }) {
+			if len(q) > 1 && q == strings.ToUpper(q) {
+				(*caps)[q] = true
+			}
 		}
 	}
-	return false
+	return (*caps)[strings.ToUpper(w)]
 }
 
 // leadingLabel returns the words before the ": " that opens query, when there are at
@@ -455,6 +460,10 @@ func NameLike(word string, names map[string]bool) bool {
 // word of a large KB ("vue" is one letter from "use", "rails" from "mails").
 const TypoMinLen = 5
 
+// TypoMaxLen is the longest word Typo corrects. No dictionary word is near it, and the
+// edits to try grow with the square of the length: a 1,000-letter word took seconds.
+const TypoMaxLen = 32
+
 // Typo returns the English word one edit (a letter deleted, inserted, replaced, or two
 // swapped) from word that the KB uses, and true, when word is a lower-case word of
 // TypoMinLen+ letters that no dictionary has ("transacton", "bufferd", "contxt"): a
@@ -468,7 +477,7 @@ const TypoMinLen = 5
 // documents use wins ("bufferd" is "buffered", not "buffed"), the first in a fixed order
 // on a tie, so the answer is the same every time.
 func Typo(word string, df func(stem string) int) (string, bool) {
-	if len(word) < TypoMinLen || Common(word) {
+	if len(word) < TypoMinLen || len(word) > TypoMaxLen || Common(word) {
 		return "", false
 	}
 	for i := 0; i < len(word); i++ {

@@ -222,6 +222,33 @@ const (
 	nearMaxAlphabet = 128
 )
 
+// Distinct returns stems without repeats, in their order; stems itself when it has none.
+// Past a few stems a set finds them: checking each against the ones before it was
+// quadratic, and a 64 KiB query holds thousands of words.
+func Distinct(stems []string) []string {
+	if len(stems) <= 16 {
+		for i, s := range stems {
+			if slices.Contains(stems[:i], s) {
+				return distinctSlow(stems)
+			}
+		}
+		return stems
+	}
+	return distinctSlow(stems)
+}
+
+func distinctSlow(stems []string) []string {
+	seen := make(map[string]struct{}, len(stems))
+	out := make([]string, 0, len(stems))
+	for _, s := range stems {
+		if _, ok := seen[s]; !ok {
+			seen[s] = struct{}{}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // Contains reports whether the document at path contains stem (exactly: prefix or typo
 // matches of the engine do not count).
 func (c *Corpus) Contains(path, stem string) bool {
@@ -236,11 +263,13 @@ func (c *Corpus) Contains(path, stem string) bool {
 // Coverage returns the idf-weighted share of stems that the document at path contains, in
 // [0,1]; 0 when there are no stems. Duplicate stems count once.
 func (c *Corpus) Coverage(path string, stems []string) float64 {
+	return c.coverage(path, Distinct(stems))
+}
+
+// coverage is Coverage of distinct stems.
+func (c *Corpus) coverage(path string, stems []string) float64 {
 	var have, total float64
-	for i, s := range stems {
-		if slices.Contains(stems[:i], s) {
-			continue
-		}
+	for _, s := range stems {
 		w := c.IDF(s)
 		total += w
 		if c.Contains(path, s) {

@@ -230,6 +230,7 @@ func (c Config) Rank(now time.Time, corpus *Corpus, stems []string, cands []Cand
 	if len(cands) == 0 {
 		return nil
 	}
+	stems = Distinct(stems)
 	tie := true
 	for _, cd := range cands {
 		if cd.EngineScore > 0 {
@@ -247,17 +248,15 @@ func (c Config) Rank(now time.Time, corpus *Corpus, stems []string, cands []Cand
 		}
 		cov := 1.0
 		if corpus != nil {
-			cov = corpus.Coverage(cd.Doc.Path, stems)
+			cov = corpus.coverage(cd.Doc.Path, stems)
 		}
 		evidence[i] = cov * s
 		results = append(results, Result{Doc: cd.Doc, EngineScore: cd.EngineScore, Coverage: cov, FromEntity: cd.FromEntity, Passage: cd.Passage})
 	}
 	var idfSum float64
 	if corpus != nil {
-		for i, st := range stems {
-			if !slices.Contains(stems[:i], st) {
-				idfSum += corpus.IDF(st)
-			}
+		for _, st := range stems {
+			idfSum += corpus.IDF(st)
 		}
 	}
 	e1, crowd := c.crowd(evidence)

@@ -125,6 +125,12 @@ type query struct {
 	literals map[string]bool
 }
 
+// MaxQueryWords bounds the words of a query that are read, once its opener and closer
+// are set aside. No question comes near it, and each stage after (typo fixes, the
+// engine's search over the terms, entity search, gates) costs with their number: a
+// 64 KiB request of distinct words took seconds in the engine alone.
+const MaxQueryWords = 128
+
 func (r *Resolver) parse(k *kb.KB, q, scope string) (query, error) {
 	if scope == "" {
 		scope, q = tree.ParseScope(q, k.Tree.Domains())
@@ -140,6 +146,7 @@ func (r *Resolver) parse(k *kb.KB, q, scope string) (query, error) {
 	words := text.Words(q)[lexicon.Opener(q):]
 	words = slices.DeleteFunc(words[:len(words)-lexicon.Closer(words)], lexicon.Courtesy)
 	words = words[:len(words)-lexicon.Closer(words)]
+	words = words[:min(len(words), MaxQueryWords)]
 	terms := make([]string, 0, len(words))
 	for _, w := range words {
 		if !text.IsStopWord(w) {

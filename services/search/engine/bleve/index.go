@@ -492,6 +492,12 @@ func (ix *Index) known(ctx context.Context, words []string) ([]bool, error) {
 // dictionary with it: half the CPU and two thirds of the allocations of resolving an
 // out-of-domain question (BenchmarkResolve), to find nothing for most words a KB lacks.
 // near (engine.Query.Near) tells those words apart at distance 1 in microseconds.
+
+// fuzzyMaxLen is the longest word that gets a typo match: Bleve builds a Levenshtein
+// automaton as long as the word, and a 1,500-letter word took 100 ms; no word a typo
+// could be meant for is that long.
+const fuzzyMaxLen = 32
+
 func (ix *Index) termQuery(word string, known bool, near func(stem string) bool) query.Query {
 	c := ix.cfg
 	stem := text.Stem(word)
@@ -525,7 +531,7 @@ func (ix *Index) termQuery(word string, known bool, near func(stem string) bool)
 			clauses = append(clauses, p)
 		}
 	}
-	if c.FuzzyBoost > 0 && c.Fuzziness > 0 && (!known || c.FuzzyKnown) && utf8.RuneCountInString(word) >= c.FuzzyMinLen {
+	if n := utf8.RuneCountInString(word); c.FuzzyBoost > 0 && c.Fuzziness > 0 && (!known || c.FuzzyKnown) && n >= c.FuzzyMinLen && n <= fuzzyMaxLen {
 		// Without a neighbour the typo match is the term query Bleve's fuzzy searcher
 		// falls back to when it finds no candidate: the same clause, so the same query
 		// norm and scores, without the walk.
