@@ -34,17 +34,27 @@ func syncCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	srv.register(fs, "127.0.0.1:7701", "search service (KnowledgeService) address; the API key needs the write right")
 	kbID := fs.String("kb", "", "knowledge base to sync into (created if new)")
 	keep := fs.Bool("keep-missing", false, "keep files the knowledge base has and the folder does not")
+	allowEmpty := fs.Bool("allow-empty", false, "let a folder without markdown files empty the knowledge base")
 	timeout := fs.Duration("timeout", 10*time.Minute, "deadline for the whole sync")
-	if err := fs.Parse(reorderArgs(args)); err != nil {
+	if err := fs.Parse(reorderArgs(fs, args)); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 || *kbID == "" {
 		return errors.New("usage: quarry sync DIR -kb K")
 	}
 	dir := fs.Arg(0)
+	if fi, err := os.Stat(dir); err != nil {
+		return err
+	} else if !fi.IsDir() {
+		// Walked, a file lists nothing, and a sync of nothing empties the knowledge base.
+		return fmt.Errorf("%s is not a folder: quarry sync uploads a folder's markdown files (quarry sync DIR -kb K)", dir)
+	}
 	files, skipped, err := collect(dir)
 	if err != nil {
 		return err
+	}
+	if len(files) == 0 && !*keep && !*allowEmpty {
+		return fmt.Errorf("%s holds no markdown files: the sync would remove every file of %s (-allow-empty to do that)", dir, *kbID)
 	}
 	for _, s := range skipped {
 		fmt.Fprintf(stderr, "skipped %s\n", s)
@@ -175,14 +185,15 @@ func statusError(err error) error {
 }
 
 // reorderArgs lets flags follow the positional argument ("sync DIR -kb K"), which the
-// flag package alone does not.
-func reorderArgs(args []string) []string {
+// flag package alone does not. A flag of fs that is a switch (-tls) takes no value, so
+// the word after it stays positional.
+func reorderArgs(fs *flag.FlagSet, args []string) []string {
 	var flags, pos []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if strings.HasPrefix(a, "-") {
 			flags = append(flags, a)
-			if !strings.Contains(a, "=") && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") && a != "-keep-missing" && a != "--keep-missing" {
+			if !strings.Contains(a, "=") && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") && !isSwitch(fs, a) {
 				flags = append(flags, args[i+1])
 				i++
 			}
@@ -191,4 +202,13 @@ func reorderArgs(args []string) []string {
 		pos = append(pos, a)
 	}
 	return append(flags, pos...)
+}
+
+func isSwitch(fs *flag.FlagSet, arg string) bool {
+	f := fs.Lookup(strings.TrimLeft(arg, "-"))
+	if f == nil {
+		return false
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +100,74 @@ func TestSyncCommand(t *testing.T) {
 	}
 	if n := strings.Count(out.String(), ".md"); n != 3 {
 		t.Errorf("archive -suggest listed %d files, want 3:\n%s", n, out.String())
+	}
+}
+
+// TestSyncRefusesToEmptyByMistake: a sync makes the knowledge base equal to the folder,
+// so one given a file (walked, it lists nothing) or a folder without markdown removed
+// every file of the knowledge base and exited 0. Both are refused and change nothing;
+// -allow-empty empties it on purpose.
+func TestSyncRefusesToEmptyByMistake(t *testing.T) {
+	root := t.TempDir()
+	if err := os.CopyFS(filepath.Join(root, "platform"), os.DirFS("../../examples/kb/platform")); err != nil {
+		t.Fatal(err)
+	}
+	sys, _, _ := startSystem(t, root)
+	note := filepath.Join(t.TempDir(), "note.md")
+	if err := os.WriteFile(note, []byte("# A note\nSome text.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	empty := t.TempDir()
+	sync := func(args ...string) (int, string) {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), append([]string{"sync"}, append(args, "-kb", "platform", "-addr", sys.Search.String())...), &out, &errOut)
+		return code, out.String() + errOut.String()
+	}
+	for _, arg := range []string{note, empty} {
+		if code, out := sync(arg); code == 0 || strings.Contains(out, "removed") {
+			t.Errorf("quarry sync %s: exit %d, %s; want it refused", arg, code, out)
+		}
+	}
+	if docs := countFiles(t, filepath.Join(root, "platform")); docs == 0 {
+		t.Fatal("a refused sync emptied the knowledge base's folder")
+	}
+	if code, out := sync(empty, "-allow-empty"); code != 0 || !strings.Contains(out, "0 documents") {
+		t.Errorf("quarry sync EMPTY -allow-empty: exit %d, %s; want the knowledge base emptied", code, out)
+	}
+}
+
+func countFiles(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestReorderArgsKnowsSwitches: flags may follow the folder, and a switch (-tls,
+// -keep-missing) takes no value, so the folder after one stays the folder ("-tls DIR"
+// made DIR the value of -tls and the rest a usage error).
+func TestReorderArgsKnowsSwitches(t *testing.T) {
+	fs := flag.NewFlagSet("sync", flag.ContinueOnError)
+	fs.Bool("tls", false, "")
+	fs.Bool("keep-missing", false, "")
+	fs.String("kb", "", "")
+	tests := []struct{ in, want []string }{
+		{[]string{"DIR", "-kb", "k"}, []string{"-kb", "k", "DIR"}},
+		{[]string{"-tls", "DIR", "-kb", "k"}, []string{"-tls", "-kb", "k", "DIR"}},
+		{[]string{"--keep-missing", "DIR", "-kb=k"}, []string{"--keep-missing", "-kb=k", "DIR"}},
+		{[]string{"-tls=false", "DIR"}, []string{"-tls=false", "DIR"}},
+	}
+	for _, tt := range tests {
+		if got := reorderArgs(fs, tt.in); !slices.Equal(got, tt.want) {
+			t.Errorf("reorderArgs(%q) = %q, want %q", tt.in, got, tt.want)
+		}
 	}
 }
