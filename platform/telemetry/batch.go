@@ -36,7 +36,7 @@ type batcher struct {
 	stopped  bool
 
 	full    chan struct{} // a batch is waiting; buffered, one wakeup at a time
-	flushes chan chan error
+	flushes chan flushRequest
 	stop    chan struct{}
 	done    chan struct{}
 
@@ -93,7 +93,7 @@ func newBatcher(exp sdktrace.SpanExporter, c batcherConfig) *batcher {
 		queue:    newQueue(),
 		newQueue: newQueue,
 		full:     make(chan struct{}, 1),
-		flushes:  make(chan chan error),
+		flushes:  make(chan flushRequest),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -138,8 +138,10 @@ func (b *batcher) run() {
 			b.report(b.export(context.Background()))
 		case <-b.full:
 			b.report(b.export(context.Background()))
-		case reply := <-b.flushes:
-			reply <- b.export(context.Background())
+		case f := <-b.flushes:
+			// The caller's deadline bounds the export: a collector that does not answer
+			// must not hold a shutdown past it.
+			f.reply <- b.export(f.ctx)
 		}
 		// Each export restarts the schedule, as the SDK's does.
 		t.Reset(b.delay)
@@ -240,7 +242,7 @@ func (q *encodedQueue) export(ctx context.Context, max int, timeout time.Duratio
 func (b *batcher) ForceFlush(ctx context.Context) error {
 	reply := make(chan error, 1)
 	select {
-	case b.flushes <- reply:
+	case b.flushes <- flushRequest{ctx, reply}:
 	case <-b.done:
 		return nil
 	case <-ctx.Done():
@@ -265,6 +267,17 @@ func (b *batcher) Shutdown(ctx context.Context) error {
 	b.mu.Unlock()
 	err := b.ForceFlush(ctx)
 	close(b.stop)
-	<-b.done
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		// An export under way when the flush gave up; it ends within its own timeout.
+		err = errors.Join(err, ctx.Err())
+	}
 	return errors.Join(err, b.exp.Shutdown(ctx))
+}
+
+// flushRequest asks the batcher's goroutine to export what is queued, within ctx.
+type flushRequest struct {
+	ctx   context.Context
+	reply chan error
 }

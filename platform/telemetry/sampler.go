@@ -21,7 +21,7 @@ func samplerFromEnv(getenv func(string) string) (sdktrace.Sampler, error) {
 			return 1, nil // the specification's default for the ratio samplers
 		}
 		r, err := strconv.ParseFloat(arg, 64)
-		if err != nil || r < 0 || r > 1 {
+		if err != nil || !(r >= 0 && r <= 1) { // NaN is neither
 			return 0, fmt.Errorf("OTEL_TRACES_SAMPLER_ARG=%q: want a ratio from 0 to 1", arg)
 		}
 		return r, nil

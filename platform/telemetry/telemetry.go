@@ -75,7 +75,8 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	}
 	t := &Telemetry{registry: prometheus.NewRegistry()}
 	// Checked before anything starts, so a refused setting leaves nothing running.
-	otlpMetrics := otlpConfigured(getenv) && getenv("OTEL_METRICS_EXPORTER") != "none"
+	// Values are case-insensitive, as OTEL_TRACES_EXPORTER's are.
+	otlpMetrics := otlpConfigured(getenv) && strings.ToLower(strings.TrimSpace(getenv("OTEL_METRICS_EXPORTER"))) != "none"
 	metricsProtocol := ""
 	if otlpMetrics {
 		if metricsProtocol, err = otlpProtocol(getenv, "METRICS"); err != nil {

@@ -1,0 +1,181 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quarry-router/quarry/platform/telemetry/otlptest"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+)
+
+func edgeSpans() []sdktrace.ReadOnlySpan {
+	start := time.Unix(1_790_000_000, 0)
+	var tid trace.TraceID
+	tid[3] = 9
+	var out []sdktrace.ReadOnlySpan
+	for i, n := range []int{0, 1, 127, 128, 16383, 16384, 20000} {
+		var sid trace.SpanID
+		sid[0] = byte(i + 1)
+		long := strings.Repeat("x", n)
+		var evs []sdktrace.Event
+		for j := range 300 {
+			evs = append(evs, sdktrace.Event{Name: fmt.Sprint("e", j), Time: start.Add(time.Duration(j)), Attributes: []attribute.KeyValue{attribute.String("k", long[:min(n, 200)])}})
+		}
+		var links []sdktrace.Link
+		for j := range 200 {
+			var lsid trace.SpanID
+			lsid[1] = byte(j + 1)
+			links = append(links, sdktrace.Link{SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: lsid}), Attributes: []attribute.KeyValue{attribute.String("", long[:min(n, 300)])}})
+		}
+		stub := tracetest.SpanStub{
+			Name:        long,
+			SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}),
+			StartTime:   start, EndTime: start.Add(time.Second),
+			Attributes: []attribute.KeyValue{
+				attribute.String("", ""), attribute.String("long", long), attribute.Int64("neg", -1),
+				attribute.Float64("nan", math.Inf(-1)), attribute.Float64("zero", 0), attribute.Bool("f", false), attribute.Int("z", 0),
+				{Key: "emptymap", Value: attribute.MapValue()}, {Key: "emptyslice", Value: attribute.SliceValue()},
+				{Key: "nested", Value: attribute.SliceValue(attribute.MapValue(attribute.String("a", long), attribute.KeyValue{Key: "e"}), attribute.Value{})},
+				attribute.StringSlice("ss", []string{"", long}), {Key: "emptybytes", Value: attribute.ByteSliceValue(nil)},
+			},
+			Events: evs, Links: links,
+			Status:               sdktrace.Status{Code: codes.Error, Description: long},
+			Resource:             resource.NewSchemaless(attribute.String("service.name", long)),
+			InstrumentationScope: instrumentation.Scope{SchemaURL: "s"},
+		}
+		if i%2 == 1 {
+			stub.Resource = nil
+			stub.InstrumentationScope = instrumentation.Scope{Name: long}
+		}
+		out = append(out, stub.Snapshot())
+	}
+	return out
+}
+
+func TestEncoderEdgeCasesMatchOtlptrace(t *testing.T) {
+	stockCol, ourCol := otlptest.Start(t), otlptest.Start(t)
+	stock, ours := otlptraceExporter(t, stockCol.Endpoint()), quarryExporter(t, ourCol.Endpoint())
+	ctx := context.Background()
+	spans := edgeSpans()
+	for i := range spans {
+		batch := spans[i : i+1]
+		if err := stock.ExportSpans(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		if err := ours.ExportSpans(ctx, batch); err != nil {
+			t.Fatal(i, err)
+		}
+	}
+	if err := stock.ExportSpans(ctx, spans); err != nil {
+		t.Fatal(err)
+	}
+	if err := ours.ExportSpans(ctx, spans); err != nil {
+		t.Fatal(err)
+	}
+	want, got := stockCol.Requests(), ourCol.Requests()
+	if len(want) != len(got) {
+		t.Fatalf("%d vs %d", len(got), len(want))
+	}
+	for i := range want {
+		sortResources(want[i])
+		sortResources(got[i])
+		if !protoMessagesEqual(want[i], got[i]) {
+			t.Fatalf("request %d differs: %s", i, firstDifference(want[i], got[i]))
+		}
+	}
+}
+
+func protoMessagesEqual(a, b any) bool { return proto.Equal(a.(proto.Message), b.(proto.Message)) }
+
+// OTEL_TRACES_SAMPLER_ARG=NaN passed the 0..1 check (NaN compares false either way) and
+// sampled nothing, silently: it is refused like any other value outside 0..1.
+func TestSamplerArgRefusesNaN(t *testing.T) {
+	for _, arg := range []string{"NaN", "nan"} {
+		env := map[string]string{"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": arg}
+		exp := tracetest.NewInMemoryExporter()
+		tel, err := Setup(context.Background(), Config{Service: "test", SpanExporter: exp, Getenv: func(k string) string { return env[k] }})
+		if err == nil {
+			tp := tel.TracerProvider()
+			for range 100 {
+				_, s := tp.Tracer("t").Start(context.Background(), "op")
+				s.End()
+			}
+			tel.Shutdown(context.Background())
+			t.Errorf("OTEL_TRACES_SAMPLER_ARG=%q: Setup succeeded (%d of 100 spans sampled), want an error naming OTEL_TRACES_SAMPLER_ARG", arg, len(exp.GetSpans()))
+		}
+	}
+}
+
+// stuckExporter is a collector that does not answer: each export waits for its
+// context, as otlptrace's client retrying an unreachable endpoint does.
+type stuckExporter struct{}
+
+func (stuckExporter) ExportSpans(ctx context.Context, _ []sdktrace.ReadOnlySpan) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+func (stuckExporter) Shutdown(context.Context) error { return nil }
+
+// Shutdown(ctx) returns by ctx's deadline (daemon.Main gives telemetry 5 s): it waited
+// for every queued batch, each with a fresh OTEL_BSP_EXPORT_TIMEOUT (30 s by default),
+// against a collector that did not answer: minutes, past a pod's grace period.
+func TestShutdownKeepsItsDeadline(t *testing.T) {
+	env := map[string]string{"OTEL_BSP_EXPORT_TIMEOUT": "1000", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "1", "OTEL_BSP_SCHEDULE_DELAY": "60000"}
+	tel, err := Setup(context.Background(), Config{Service: "test", SpanExporter: stuckExporter{}, Batch: true, Getenv: func(k string) string { return env[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := tel.TracerProvider()
+	for range 4 {
+		_, s := tp.Tracer("t").Start(context.Background(), "op")
+		s.End()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = tel.Shutdown(ctx)
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Shutdown with a 200ms deadline took %v (err %v), want it to return by the deadline", took.Round(time.Millisecond), err)
+	}
+}
+
+// OTEL_METRICS_EXPORTER is read as OTEL_TRACES_EXPORTER is, trimmed and in any case:
+// "NONE" turned traces off but still pushed metrics over OTLP.
+func TestMetricsExporterNoneIgnoresCase(t *testing.T) {
+	for _, v := range []string{"NONE", "None", " none"} {
+		t.Run(v, func(t *testing.T) {
+			col := otlptest.Start(t)
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.Endpoint())
+			env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": col.Endpoint(), "OTEL_METRICS_EXPORTER": v, "OTEL_TRACES_EXPORTER": v}
+			tel, err := Setup(context.Background(), Config{Service: "test", Getenv: func(k string) string { return env[k] }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer otel.SetMeterProvider(metricnoop.NewMeterProvider())
+			c, _ := otel.Meter("test").Int64Counter("quarry.test.calls")
+			c.Add(context.Background(), 1)
+			if err := tel.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if tel.Tracing {
+				t.Errorf("OTEL_TRACES_EXPORTER=%q: tracing on", v)
+			}
+			if got := col.Metrics(); got["quarry.test.calls"] != 0 {
+				t.Errorf("OTEL_METRICS_EXPORTER=%q: metrics still pushed over OTLP (%v), while OTEL_TRACES_EXPORTER=%q turned traces off", v, got, v)
+			}
+		})
+	}
+}
