@@ -398,9 +398,10 @@ func (ix *Index) Apply(ctx context.Context, changes []engine.Change) error {
 			send = append(send, doc)
 		}
 	}
-	if err := ix.write(ctx, send, drop); err != nil {
-		return err
-	}
+	err := ix.write(ctx, send, drop)
+	// Counted even when the write failed: the server may hold some of it, and the caller
+	// undoes it with the inverse changes (engine.Writer), whose Apply subtracts what this
+	// one adds. Left uncounted, each refused write made the counts drift by a document.
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ix.n += n
@@ -411,7 +412,7 @@ func (ix *Index) Apply(ctx context.Context, changes []engine.Change) error {
 			delete(ix.vocab, s)
 		}
 	}
-	return nil
+	return err
 }
 
 // Len returns the number of indexed documents.
