@@ -246,7 +246,7 @@ var operationalFlags = map[string]bool{
 	"kb": true, "kb-root": true, "data-dir": true, "sync-root": true,
 	"watch": true, "watch-debounce": true, "watch-poll": true, "write-timeout": true, "signals-flush-interval": true,
 	"meili-url": true, "meili-key": true, "meili-index-prefix": true, "meili-retries": true,
-	"meili-retry-backoff": true, "meili-task-poll": true, "meili-task-timeout": true,
+	"meili-retry-backoff": true, "meili-task-poll": true, "meili-task-timeout": true, "meili-request-timeout": true,
 }
 
 // versionSalt is what decides this service's answers beside the trees: every setting

@@ -23,6 +23,10 @@ type Config struct {
 	// TaskTimeout bounds the wait for one task; a write whose task has not finished by
 	// then fails (and is undone).
 	TaskTimeout time.Duration
+	// RequestTimeout bounds one HTTP request to Meilisearch, answer included (0: none).
+	// A server that takes connections and never answers held a start, or any call
+	// without a deadline of its own, for ever.
+	RequestTimeout time.Duration
 	// BatchSize is the number of documents sent per add request.
 	BatchSize int
 	// Retries is how many times a request that changes or sets up an index (add and
@@ -46,15 +50,17 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		IndexPrefix:  "quarry_",
-		TaskPoll:     10 * time.Millisecond,
-		TaskTimeout:  2 * time.Minute,
-		BatchSize:    1000,
-		Retries:      4,
-		RetryBackoff: 200 * time.Millisecond,
-		OneTypo:      5,
-		TwoTypos:     255,
-		DefaultLimit: 50,
+		IndexPrefix: "quarry_",
+		TaskPoll:    10 * time.Millisecond,
+		TaskTimeout: 2 * time.Minute,
+		BatchSize:   1000,
+
+		RequestTimeout: 30 * time.Second,
+		Retries:        4,
+		RetryBackoff:   200 * time.Millisecond,
+		OneTypo:        5,
+		TwoTypos:       255,
+		DefaultLimit:   50,
 	}
 }
 
@@ -66,6 +72,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.IndexPrefix, "meili-index-prefix", d.IndexPrefix, "prefix of the Meilisearch index of each knowledge base ([A-Za-z0-9_-])")
 	fs.DurationVar(&c.TaskPoll, "meili-task-poll", d.TaskPoll, "how often a write polls its Meilisearch task")
 	fs.DurationVar(&c.TaskTimeout, "meili-task-timeout", d.TaskTimeout, "longest wait for one Meilisearch task before the write fails")
+	fs.DurationVar(&c.RequestTimeout, "meili-request-timeout", d.RequestTimeout, "longest one HTTP request to Meilisearch may take, its answer included (0: no bound)")
 	fs.IntVar(&c.BatchSize, "meili-batch-size", d.BatchSize, "documents per Meilisearch add request")
 	fs.IntVar(&c.Retries, "meili-retries", d.Retries, "times a write request is retried when Meilisearch is unreachable or answers 429/502/503/504")
 	fs.DurationVar(&c.RetryBackoff, "meili-retry-backoff", d.RetryBackoff, "wait before the first retry of a write request (doubling after each retry)")
@@ -92,6 +99,9 @@ func (c Config) Validate() error {
 	}
 	if c.TaskTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("-meili-task-timeout must be positive, got %v", c.TaskTimeout))
+	}
+	if c.RequestTimeout < 0 {
+		errs = append(errs, fmt.Errorf("-meili-request-timeout must not be negative, got %v", c.RequestTimeout))
 	}
 	if c.BatchSize < 1 {
 		errs = append(errs, fmt.Errorf("-meili-batch-size must be >= 1, got %d", c.BatchSize))

@@ -110,7 +110,8 @@ func Open(ctx context.Context, cfg Config, kbID string, docs []engine.Doc) (*Ind
 	// The library's own retries (1 s, 2 s, 3 s on 502/503/504, for every request) are off:
 	// writes retry with Config.Retries, which also covers an unreachable server, and
 	// searches fail fast.
-	client := meilisearch.New(cfg.URL, meilisearch.WithAPIKey(cfg.Key), meilisearch.DisableRetries())
+	client := meilisearch.New(cfg.URL, meilisearch.WithAPIKey(cfg.Key), meilisearch.DisableRetries(),
+		meilisearch.WithCustomClient(&http.Client{Timeout: cfg.RequestTimeout}))
 	ix := &Index{client: client, uid: cfg.IndexUID(kbID), cfg: cfg, vocab: map[string]int{}}
 	ix.index = client.Index(ix.uid)
 	if err := ix.open(ctx, docs); err != nil {
