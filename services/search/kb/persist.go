@@ -77,6 +77,11 @@ func (r *Registry) saveSignals(k *KB) error {
 		return err
 	}
 	_, err = tmp.Write(raw)
+	if err == nil {
+		// On disk before the rename: after a power loss the file is the old one or the
+		// new one, never an empty one that drops every learned signal.
+		err = tmp.Sync()
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
