@@ -65,6 +65,10 @@ func edgeSpans() []sdktrace.ReadOnlySpan {
 	return out
 }
 
+// TestEncoderEdgeCasesMatchOtlptrace: the encoder writes the OTLP bytes itself, so the
+// edges of the wire format (varint lengths at 127/128 and 16383/16384 bytes, empty keys
+// and values, nested maps and slices, hundreds of events and links, a resource or a scope
+// left out) are checked against what the official exporter sends for the same spans.
 func TestEncoderEdgeCasesMatchOtlptrace(t *testing.T) {
 	stockCol, ourCol := otlptest.Start(t), otlptest.Start(t)
 	stock, ours := otlptraceExporter(t, stockCol.Endpoint()), quarryExporter(t, ourCol.Endpoint())
