@@ -73,8 +73,12 @@ func (g *group[T]) join(ctx context.Context, key string, timeout time.Duration,
 		g.mu.Lock()
 		close(f.done)
 		// A successful flight stays joinable while callers still hold it, and for linger
-		// after the last leaves (see leave).
-		if (err != nil || f.refs == 0) && g.m[key] == f {
+		// after the last leaves (see leave). One whose value must not linger is removed
+		// now: a streaming caller holds the flight until its client has taken the whole
+		// text, which a client that stops reading can make last indefinitely, and a
+		// caller that comes after must not be served that value (an answer degraded by a
+		// failure, which the next caller asks the LLM for again).
+		if (err != nil || f.refs == 0 || (g.lingers != nil && !g.lingers(v))) && g.m[key] == f {
 			delete(g.m, key)
 		}
 		g.mu.Unlock()

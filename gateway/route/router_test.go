@@ -918,6 +918,77 @@ func TestAFailureMidStreamIsFollowedByTheFallback(t *testing.T) {
 	}
 }
 
+// An answer degraded by a failure is not cached, so the next caller asks the LLM again.
+// A streaming caller whose client has stopped reading still holds the finished flight
+// while it delivers the text, for as long as its client stalls: a caller that comes
+// after the flight has finished must not be served that failure from it.
+func TestAFailedAnswerHeldByAStalledStreamIsNotServedAgain(t *testing.T) {
+	const answer = "Design reviews happen weekly."
+	var asked atomic.Int64
+	agent := agentFunc(func(ctx context.Context, _ *quarryv1.AnswerRequest, onDelta func(string)) (*quarryv1.AgentAnswer, error) {
+		if asked.Add(1) == 1 {
+			onDelta("Design reviews happen ")
+			return nil, errors.New("agent answer: rpc error: code = Unavailable desc = connection reset")
+		}
+		onDelta(answer)
+		return &quarryv1.AgentAnswer{Answer: answer}, nil
+	})
+	h := newHarness(t, agent)
+	req := &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "What is our design review process?"}
+	key := flightKey("kb", 1, "what is our design review process?", false)
+
+	inSend := make(chan struct{})
+	unblock := make(chan struct{})
+	var once sync.Once
+	var slow strings.Builder
+	type result struct {
+		resp *quarryv1.QueryResponse
+		err  error
+	}
+	slowDone := make(chan result, 1)
+	go func() {
+		resp, err := h.router.Query(context.Background(), req, func(d string) {
+			once.Do(func() { close(inSend) })
+			<-unblock // a client that does not read
+			slow.WriteString(d)
+		})
+		slowDone <- result{resp, err}
+	}()
+	defer func() {
+		select {
+		case <-unblock:
+		default:
+			close(unblock)
+		}
+	}()
+	select {
+	case <-inSend:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stalled caller never received a delta")
+	}
+	waitUntil(t, "the failed flight has finished", func() bool {
+		h.router.answers.mu.Lock()
+		defer h.router.answers.mu.Unlock()
+		f := h.router.answers.m[key]
+		return f == nil || isClosed(f.done)
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := h.router.Query(ctx, req, nil)
+	if err != nil || resp.GetDegraded() || resp.GetAnswer() != answer || asked.Load() != 2 {
+		t.Fatalf("a caller after the failure: %v, degraded %v (%s), %q, agent asked %d times; want the agent asked again and its answer",
+			err, resp.GetDegraded(), resp.GetDegradedReason(), resp.GetAnswer(), asked.Load())
+	}
+
+	close(unblock)
+	r := <-slowDone
+	if r.err != nil || !r.resp.GetDegraded() || slow.String() != r.resp.GetAnswer() {
+		t.Fatalf("stalled caller: %v, degraded %v, streamed %q, final %q; want its degraded answer, deltas and final alike",
+			r.err, r.resp.GetDegraded(), slow.String(), r.resp.GetAnswer())
+	}
+}
+
 // brokenStore is a cache that has gone away, as Redis might.
 type brokenStore struct{}
 
