@@ -2,13 +2,17 @@ package meili_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/quarry-router/quarry/services/search/engine"
 	"github.com/quarry-router/quarry/services/search/engine/enginetest"
 	"github.com/quarry-router/quarry/services/search/engine/meili"
+	"github.com/quarry-router/quarry/services/search/engine/meili/meilitest"
 )
 
 // TestAServerThatNeverAnswersFailsTheOpen: a Meilisearch that takes connections and
@@ -43,5 +47,71 @@ func TestAServerThatNeverAnswersFailsTheOpen(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Open of a server that never answers still waits after 10 s")
+	}
+}
+
+// TestConcurrentSearchesKeepTheirConnections: the client built for -meili-request-timeout
+// must keep as many idle connections to Meilisearch as the library's own did (100). An
+// http.Client without a Transport uses http.DefaultTransport, which keeps 2 per host, so
+// every search beyond two at a time opened a connection and closed it after its answer:
+// a handshake per query and sockets piling up in TIME_WAIT under load.
+func TestConcurrentSearchesKeepTheirConnections(t *testing.T) {
+	const concurrent, rounds = 8, 10
+	srv := meilitest.New(t, key)
+	// The same scripted server behind a listener that counts connections, and that holds
+	// each search until all of a round's have arrived, so they are truly concurrent.
+	var (
+		mu      sync.Mutex
+		conns   int
+		arrived int
+		gate    = make(chan struct{})
+	)
+	counting := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/indexes/quarry_kb/search" {
+			mu.Lock()
+			g := gate
+			if arrived++; arrived == concurrent {
+				close(gate)
+				gate, arrived = make(chan struct{}), 0
+			}
+			mu.Unlock()
+			select {
+			case <-g:
+			case <-time.After(5 * time.Second):
+				t.Error("a round's searches did not all arrive together")
+			}
+		}
+		srv.Config.Handler.ServeHTTP(w, r)
+	}))
+	counting.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			conns++
+			mu.Unlock()
+		}
+	}
+	counting.Start()
+	defer counting.Close()
+
+	ix := open(t, counting.URL, key, "kb", enginetest.Docs())
+	defer ix.Close()
+	ctx := context.Background()
+	for range rounds {
+		var wg sync.WaitGroup
+		for range concurrent {
+			wg.Go(func() {
+				if _, err := ix.Search(ctx, engine.Query{Terms: []string{"vault"}}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// One connection per concurrent search, kept and reused; twice that allows for the
+	// transport dialling while another connection frees up.
+	if conns > 2*concurrent {
+		t.Errorf("%d rounds of %d concurrent searches opened %d connections, want at most %d: idle connections are not kept", rounds, concurrent, conns, 2*concurrent)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"slices"
 	"sort"
@@ -111,7 +112,7 @@ func Open(ctx context.Context, cfg Config, kbID string, docs []engine.Doc) (*Ind
 	// writes retry with Config.Retries, which also covers an unreachable server, and
 	// searches fail fast.
 	client := meilisearch.New(cfg.URL, meilisearch.WithAPIKey(cfg.Key), meilisearch.DisableRetries(),
-		meilisearch.WithCustomClient(&http.Client{Timeout: cfg.RequestTimeout}))
+		meilisearch.WithCustomClient(&http.Client{Timeout: cfg.RequestTimeout, Transport: newTransport()}))
 	ix := &Index{client: client, uid: cfg.IndexUID(kbID), cfg: cfg, vocab: map[string]int{}}
 	ix.index = client.Index(ix.uid)
 	if err := ix.open(ctx, docs); err != nil {
@@ -119,6 +120,26 @@ func Open(ctx context.Context, cfg Config, kbID string, docs []engine.Doc) (*Ind
 		return nil, err
 	}
 	return ix, nil
+}
+
+// newTransport is the transport the library gives its own client (its baseTransport),
+// for the client Open builds to set a timeout. Without one, http.Client uses
+// http.DefaultTransport, which keeps 2 idle connections per host: every search beyond two
+// at a time opened a connection and closed it after its answer. It is the Index's own,
+// too, so that Close releases this index's connections and not the whole process's.
+func newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   30 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		MaxIdleConns:          100,
+		MaxIdleConnsPerHost:   100,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: 1 * time.Second,
+	}
 }
 
 func (ix *Index) open(ctx context.Context, docs []engine.Doc) error {
