@@ -183,3 +183,62 @@ func TestMetricsExporterNoneIgnoresCase(t *testing.T) {
 		})
 	}
 }
+
+// Each signal's own OTLP endpoint says where that signal goes and nothing about the
+// other. A traces endpoint alone pushed metrics to the exporter's default,
+// localhost:4317, failing at every push and at Shutdown; a metrics endpoint alone
+// pushed nothing.
+func TestSignalEndpointsAreEachTheirOwn(t *testing.T) {
+	clear := func() {
+		for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+			"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
+			t.Setenv(k, "")
+		}
+	}
+	tests := []struct {
+		name         string
+		env          func(col string) map[string]string
+		tracing      bool
+		metricsTaken bool
+	}{
+		{"a traces endpoint alone", func(col string) map[string]string {
+			return map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": col}
+		}, true, false},
+		{"a metrics endpoint alone", func(col string) map[string]string {
+			return map[string]string{"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": col}
+		}, false, true},
+		{"otlp said, with the metrics endpoint", func(col string) map[string]string {
+			return map[string]string{"OTEL_METRICS_EXPORTER": "OTLP", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": col}
+		}, false, true},
+		{"prometheus only", func(col string) map[string]string {
+			return map[string]string{"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_OTLP_ENDPOINT": col}
+		}, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clear()
+			col := otlptest.Start(t)
+			for k, v := range tt.env(col.Endpoint()) {
+				t.Setenv(k, v) // the SDK's exporters read the environment themselves
+			}
+			tel, err := Setup(context.Background(), Config{Service: "test"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer otel.SetMeterProvider(metricnoop.NewMeterProvider())
+			if tel.Tracing != tt.tracing {
+				t.Errorf("tracing %v, want %v", tel.Tracing, tt.tracing)
+			}
+			c, _ := otel.Meter("test").Int64Counter("quarry.test.calls")
+			c.Add(context.Background(), 1)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			if err := tel.Shutdown(ctx); err != nil {
+				t.Errorf("Shutdown: %v, want the metrics pushed where asked or not at all", err)
+			}
+			if got := col.Metrics()["quarry.test.calls"] > 0; got != tt.metricsTaken {
+				t.Errorf("collector took the metric: %v, want %v", got, tt.metricsTaken)
+			}
+		})
+	}
+}

@@ -7,7 +7,8 @@
 // sampler follows OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (default parent-based
 // always-on; a value the SDK would silently replace stops Setup), the resource
 // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES. Metrics go to a Prometheus registry
-// served by Handler, and over OTLP as well when OTLP is configured. OTLP goes over gRPC
+// served by Handler, and over OTLP as well when OTEL_METRICS_EXPORTER=otlp, or when it is
+// unset and OTEL_EXPORTER_OTLP_ENDPOINT (or ..._METRICS_ENDPOINT) is set. OTLP goes over gRPC
 // unless OTEL_EXPORTER_OTLP_PROTOCOL (or its _TRACES_/_METRICS_ form) says http/protobuf.
 package telemetry
 
@@ -76,7 +77,10 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	t := &Telemetry{registry: prometheus.NewRegistry()}
 	// Checked before anything starts, so a refused setting leaves nothing running.
 	// Values are case-insensitive, as OTEL_TRACES_EXPORTER's are.
-	otlpMetrics := otlpConfigured(getenv) && strings.ToLower(strings.TrimSpace(getenv("OTEL_METRICS_EXPORTER"))) != "none"
+	otlpMetrics, err := metricsOverOTLP(getenv)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
 	metricsProtocol := ""
 	if otlpMetrics {
 		if metricsProtocol, err = otlpProtocol(getenv, "METRICS"); err != nil {
@@ -172,15 +176,37 @@ func otlpProtocol(getenv func(string) string, signal string) (string, error) {
 	}
 }
 
-func otlpConfigured(getenv func(string) string) bool {
-	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+// otlpConfigured reports whether an OTLP endpoint is set for signal (TRACES or
+// METRICS): OTEL_EXPORTER_OTLP_ENDPOINT, or the signal's own endpoint. A signal's own
+// endpoint says where that signal goes and nothing about the other: with only a traces
+// endpoint set, metrics pushed over OTLP would go to the exporter's default,
+// localhost:4317, and fail at every push.
+func otlpConfigured(getenv func(string) string, signal string) bool {
+	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_"+signal+"_ENDPOINT") != ""
+}
+
+// metricsOverOTLP reports whether metrics are pushed over OTLP, beside the Prometheus
+// endpoint that is always served: OTEL_METRICS_EXPORTER=otlp, or unset with an OTLP
+// endpoint for metrics; prometheus or none push nothing. Values are read as
+// OTEL_TRACES_EXPORTER's are, and one the service cannot honour stops it at start.
+func metricsOverOTLP(getenv func(string) string) (bool, error) {
+	switch kind := strings.ToLower(strings.TrimSpace(getenv("OTEL_METRICS_EXPORTER"))); kind {
+	case "":
+		return otlpConfigured(getenv, "METRICS"), nil
+	case "otlp":
+		return true, nil
+	case "prometheus", "none":
+		return false, nil
+	default:
+		return false, fmt.Errorf("OTEL_METRICS_EXPORTER=%q: want otlp, prometheus or none (Prometheus metrics are always served)", kind)
+	}
 }
 
 // spanExporter picks the exporter OTEL_TRACES_EXPORTER names; unset means OTLP when an
 // OTLP endpoint is configured and nothing otherwise.
 func spanExporter(ctx context.Context, getenv func(string) string) (sdktrace.SpanExporter, error) {
 	kind := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")))
-	if kind == "" && otlpConfigured(getenv) {
+	if kind == "" && otlpConfigured(getenv, "TRACES") {
 		kind = "otlp"
 	}
 	switch kind {

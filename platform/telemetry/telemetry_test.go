@@ -38,6 +38,7 @@ func TestExporterFromEnvironment(t *testing.T) {
 		{"JSON is refused, not ignored", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, false, true},
 		{"an unknown protocol is an error", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "udp"}, false, true},
 		{"the traces protocol is the one that counts for traces", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "thrift", "OTEL_METRICS_EXPORTER": "none"}, false, true},
+		{"an unknown metrics exporter is an error", map[string]string{"OTEL_METRICS_EXPORTER": "console"}, false, true},
 		{"the metrics protocol is checked too", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/json"}, false, true},
 	}
 	for _, tt := range tests {
