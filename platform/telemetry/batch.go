@@ -270,7 +270,9 @@ func (b *batcher) Shutdown(ctx context.Context) error {
 	select {
 	case <-b.done:
 	case <-ctx.Done():
-		// An export under way when the flush gave up; it ends within its own timeout.
+		// An export under way when the flush gave up (a scheduled one runs on its own
+		// timeout, not ctx): the exporter's Shutdown below cancels it, as the OTLP
+		// exporters do with their requests in flight.
 		err = errors.Join(err, ctx.Err())
 	}
 	return errors.Join(err, b.exp.Shutdown(ctx))
