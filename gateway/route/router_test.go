@@ -836,41 +836,65 @@ func TestASlowStreamingCallerHoldsUpOnlyItself(t *testing.T) {
 	h := newHarness(t, agent)
 	req := &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "What is our design review process?"}
 
-	inSend := make(chan struct{})
-	unblock := make(chan struct{})
-	var once sync.Once
-	var slow strings.Builder
-	type result struct {
-		resp *quarryv1.QueryResponse
-		err  error
-	}
-	slowDone := make(chan result, 1)
-	go func() {
-		resp, err := h.router.Query(context.Background(), req, func(d string) {
-			once.Do(func() { close(inSend) })
-			<-unblock // a client that does not read
-			slow.WriteString(d)
-		})
-		slowDone <- result{resp, err}
-	}()
-	select {
-	case <-inSend:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the slow caller never received a delta")
-	}
+	slow := startStalledStream(t, h.router, req)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	resp, err := h.router.Query(ctx, req, nil)
-	close(unblock)
 	if err != nil || resp.GetAnswer() != "Design reviews happen weekly." {
 		t.Fatalf("another caller of the question got %v, %q while a streaming caller was blocked; want the answer", err, resp.GetAnswer())
 	}
 	// Once its client reads again, the slow caller still receives every delta.
-	r := <-slowDone
-	if r.err != nil || r.resp.GetAnswer() != "Design reviews happen weekly." || slow.String() != r.resp.GetAnswer() {
-		t.Fatalf("slow caller: %v, streamed %q, final %q; want the whole answer", r.err, slow.String(), r.resp.GetAnswer())
+	r, streamed := slow.resume()
+	if r.err != nil || r.resp.GetAnswer() != "Design reviews happen weekly." || streamed != r.resp.GetAnswer() {
+		t.Fatalf("slow caller: %v, streamed %q, final %q; want the whole answer", r.err, streamed, r.resp.GetAnswer())
 	}
+}
+
+// stalledStream is a streaming caller whose client stops reading at its first delta.
+type stalledStream struct {
+	unblock  chan struct{}
+	resumed  sync.Once
+	streamed strings.Builder
+	done     chan stalledResult
+}
+
+type stalledResult struct {
+	resp *quarryv1.QueryResponse
+	err  error
+}
+
+// startStalledStream asks req as a streaming caller and returns once the caller is
+// blocked in its first delta. The caller is resumed at the end of the test if it has
+// not been before.
+func startStalledStream(t *testing.T, r *Router, req *quarryv1.QueryRequest) *stalledStream {
+	t.Helper()
+	s := &stalledStream{unblock: make(chan struct{}), done: make(chan stalledResult, 1)}
+	inSend := make(chan struct{})
+	var once sync.Once
+	go func() {
+		resp, err := r.Query(context.Background(), req, func(d string) {
+			once.Do(func() { close(inSend) })
+			<-s.unblock // a client that does not read
+			s.streamed.WriteString(d)
+		})
+		s.done <- stalledResult{resp, err}
+	}()
+	t.Cleanup(func() { s.resumed.Do(func() { close(s.unblock) }) })
+	select {
+	case <-inSend:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stalled caller never received a delta")
+	}
+	return s
+}
+
+// resume lets the caller's client read again and returns what the caller got: its
+// result and the text it streamed.
+func (s *stalledStream) resume() (stalledResult, string) {
+	s.resumed.Do(func() { close(s.unblock) })
+	r := <-s.done
+	return r, s.streamed.String()
 }
 
 // query.proto promises that the deltas concatenated equal the final answer. When the
@@ -937,35 +961,7 @@ func TestAFailedAnswerHeldByAStalledStreamIsNotServedAgain(t *testing.T) {
 	req := &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "What is our design review process?"}
 	key := flightKey("kb", 1, "what is our design review process?", false)
 
-	inSend := make(chan struct{})
-	unblock := make(chan struct{})
-	var once sync.Once
-	var slow strings.Builder
-	type result struct {
-		resp *quarryv1.QueryResponse
-		err  error
-	}
-	slowDone := make(chan result, 1)
-	go func() {
-		resp, err := h.router.Query(context.Background(), req, func(d string) {
-			once.Do(func() { close(inSend) })
-			<-unblock // a client that does not read
-			slow.WriteString(d)
-		})
-		slowDone <- result{resp, err}
-	}()
-	defer func() {
-		select {
-		case <-unblock:
-		default:
-			close(unblock)
-		}
-	}()
-	select {
-	case <-inSend:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the stalled caller never received a delta")
-	}
+	slow := startStalledStream(t, h.router, req)
 	waitUntil(t, "the failed flight has finished", func() bool {
 		h.router.answers.mu.Lock()
 		defer h.router.answers.mu.Unlock()
@@ -981,11 +977,10 @@ func TestAFailedAnswerHeldByAStalledStreamIsNotServedAgain(t *testing.T) {
 			err, resp.GetDegraded(), resp.GetDegradedReason(), resp.GetAnswer(), asked.Load())
 	}
 
-	close(unblock)
-	r := <-slowDone
-	if r.err != nil || !r.resp.GetDegraded() || slow.String() != r.resp.GetAnswer() {
+	r, streamed := slow.resume()
+	if r.err != nil || !r.resp.GetDegraded() || streamed != r.resp.GetAnswer() {
 		t.Fatalf("stalled caller: %v, degraded %v, streamed %q, final %q; want its degraded answer, deltas and final alike",
-			r.err, r.resp.GetDegraded(), slow.String(), r.resp.GetAnswer())
+			r.err, r.resp.GetDegraded(), streamed, r.resp.GetAnswer())
 	}
 }
 
