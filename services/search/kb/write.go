@@ -644,6 +644,10 @@ func (r *Registry) write(ctx context.Context, id string, create bool, plan plann
 		cur = k
 	}
 	fresh := cur == nil
+	// made is set when this write makes the knowledge base's folder: an undone first
+	// write takes it away again, or -kb-root would serve the refused knowledge base,
+	// empty, from the next start.
+	made := false
 	if fresh {
 		if !create || r.cfg.Write.NewRoot == "" {
 			return nil, fmt.Errorf("%w: %q", ErrUnknownKB, id)
@@ -657,6 +661,8 @@ func (r *Registry) write(ctx context.Context, id string, create bool, plan plann
 			if cur.Tree, err = tree.Load(ctx, root, r.cfg.Tree, r.log); err != nil {
 				return nil, err
 			}
+		} else {
+			made = true
 		}
 	}
 	dir, err := tree.OpenDir(cur.Tree.Root)
@@ -693,7 +699,13 @@ func (r *Registry) write(ctx context.Context, id string, create bool, plan plann
 	if len(p.ops) > 1 {
 		dir.Batch()
 	}
-	undo, err := r.applyFiles(dir, p)
+	undoFiles, err := r.applyFiles(dir, p)
+	undo := func() {
+		undoFiles()
+		if made {
+			_ = os.Remove(cur.Tree.Root) // only if the undo left it empty
+		}
+	}
 	if err == nil {
 		err = dir.Sync()
 	}

@@ -278,3 +278,26 @@ func sortedKeys(files map[string]string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestUndoneFirstSyncLeavesNoFolder: a first sync creates its knowledge base's folder
+// under -kb-root, and one that fails once files are written is undone. The folders
+// it made inside the knowledge base went, but the knowledge base's own folder stayed,
+// empty: the refused knowledge base came back, empty, at the next start (-kb-root
+// serves every folder under it).
+func TestUndoneFirstSyncLeavesNoFolder(t *testing.T) {
+	cfg := defaultConfig(t)
+	cfg.Write.NewRoot = t.TempDir()
+	reg := newRegistry(t, cfg)
+	if _, err := reg.SyncFiles(context.Background(), "fresh", []kb.Upload{
+		{Path: "x.md/y.md", Data: []byte("# Y\n")},
+		{Path: "x.md", Data: []byte("# X\n")},
+	}, false); err == nil {
+		t.Fatal("a first sync of a file and a folder of the same name succeeded")
+	}
+	if _, err := reg.Get("fresh"); !errors.Is(err, kb.ErrUnknownKB) {
+		t.Errorf("the undone first sync created the knowledge base: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Write.NewRoot, "fresh")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the undone first sync left its folder: %v", err)
+	}
+}
