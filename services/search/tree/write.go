@@ -164,6 +164,8 @@ type Dir struct {
 	created []string
 	// lazy, when set, writes without an fsync per file; Sync makes them durable at once.
 	lazy bool
+	// onSync, when set (by tests), is told each folder syncFolder syncs.
+	onSync func(folder string)
 }
 
 // OpenDir opens a tree's folder for writing, creating it if needed.
@@ -293,6 +295,14 @@ func (d *Dir) Write(p string, data []byte) (time.Time, error) {
 		if err := d.checkNoLinks(dir + "/x"); err != nil {
 			return time.Time{}, err
 		}
+		// A new folder's name lives in the folder above it: unsynced, a crash could take
+		// the folder, and the acknowledged file in it, away. The file's own folder is
+		// synced below, once the file is renamed into it.
+		for _, f := range missing {
+			if err := d.syncFolder(path.Dir(f)); err != nil {
+				return time.Time{}, fmt.Errorf("write %s: %w", p, err)
+			}
+		}
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
@@ -375,6 +385,9 @@ func (d *Dir) Remove(p string) error {
 func (d *Dir) syncFolder(folder string) error {
 	if d.lazy {
 		return nil // Sync covers the whole file system
+	}
+	if d.onSync != nil {
+		d.onSync(folder)
 	}
 	f, err := d.root.Open(folder)
 	if err != nil {

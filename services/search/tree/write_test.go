@@ -214,3 +214,35 @@ func TestReadFilesBeneathStaysBeneath(t *testing.T) {
 		t.Errorf("ReadFilesBeneath through a link out of the base = %v, want an error", files)
 	}
 }
+
+// A single-file write acknowledges the file under its name, so every folder entry on the
+// way must be durable: the file's folder (its name) and, for folders the write made, the
+// folder that holds each (their names). Syncing the file's folder alone left a new
+// folder's own name to chance: after a crash the acknowledged file was gone with it.
+func TestWriteSyncsTheFoldersItMakes(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, err := OpenDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var synced []string
+	d.onSync = func(folder string) { synced = append(synced, folder) }
+	if _, err := d.Write("a/b/c/x.md", []byte("# X\n")); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(synced)
+	if want := []string{"a", "a/b", "a/b/c"}; !slices.Equal(synced, want) {
+		t.Errorf("a write that made a/b and a/b/c synced %q, want %q", synced, want)
+	}
+	synced = nil
+	if _, err := d.Write("a/b/c/y.md", []byte("# Y\n")); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a/b/c"}; !slices.Equal(synced, want) {
+		t.Errorf("a write into an existing folder synced %q, want %q", synced, want)
+	}
+}
