@@ -108,6 +108,14 @@ func syncCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // collect lists the markdown files under dir as slash paths; links and hidden entries
 // are left out (the service would refuse them anyway).
 func collect(dir string) (files, skipped []string, err error) {
+	// The folder named may itself be a link (~/notes to a synced drive): WalkDir does not
+	// follow the link it starts from and listed nothing, so the folder was refused as
+	// holding no markdown. Only that one link is followed; those inside still are not.
+	if fi, lerr := os.Lstat(dir); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		if dir, err = filepath.EvalSymlinks(dir); err != nil {
+			return nil, nil, fmt.Errorf("collect: %w", err)
+		}
+	}
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err

@@ -171,3 +171,37 @@ func TestReorderArgsKnowsSwitches(t *testing.T) {
 		}
 	}
 }
+
+// TestCollectFollowsTheFolderItIsGiven: the folder named on the command line may be a
+// link (~/notes to a synced drive). WalkDir does not follow the link it starts from, so
+// collect listed nothing, and quarry sync refused the folder as holding no markdown
+// (before that refusal, the sync emptied the knowledge base). Links inside the folder
+// are still left out.
+func TestCollectFollowsTheFolderItIsGiven(t *testing.T) {
+	real := t.TempDir()
+	for _, p := range []string{"a.md", "ops/b.md"} {
+		if err := os.MkdirAll(filepath.Join(real, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(real, p), []byte("# X\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(real, "a.md"), filepath.Join(real, "c.md")); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "notes")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	files, skipped, err := collect(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a.md", "ops/b.md"}; !slices.Equal(files, want) {
+		t.Errorf("collect(link to a folder) = %q, want %q", files, want)
+	}
+	if len(skipped) != 1 || !strings.HasPrefix(skipped[0], "c.md") {
+		t.Errorf("skipped = %q, want the link c.md inside the folder", skipped)
+	}
+}
