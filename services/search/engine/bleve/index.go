@@ -471,6 +471,11 @@ func (ix *Index) known(ctx context.Context, words []string) ([]bool, error) {
 	return out, nil
 }
 
+// fuzzyMaxLen is the longest word that gets a typo match: Bleve builds a Levenshtein
+// automaton as long as the word, and a 1,500-letter word took 100 ms; no word a typo
+// could be meant for is that long.
+const fuzzyMaxLen = 32
+
 // termQuery matches one word: its stem exactly per field, then prefix and typo matches as
 // the config allows for a word the index does (known) or does not contain.
 //
@@ -492,12 +497,6 @@ func (ix *Index) known(ctx context.Context, words []string) ([]bool, error) {
 // dictionary with it: half the CPU and two thirds of the allocations of resolving an
 // out-of-domain question (BenchmarkResolve), to find nothing for most words a KB lacks.
 // near (engine.Query.Near) tells those words apart at distance 1 in microseconds.
-
-// fuzzyMaxLen is the longest word that gets a typo match: Bleve builds a Levenshtein
-// automaton as long as the word, and a 1,500-letter word took 100 ms; no word a typo
-// could be meant for is that long.
-const fuzzyMaxLen = 32
-
 func (ix *Index) termQuery(word string, known bool, near func(stem string) bool) query.Query {
 	c := ix.cfg
 	stem := text.Stem(word)
