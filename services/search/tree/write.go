@@ -370,7 +370,11 @@ func (d *Dir) Remove(p string) error {
 	if err := d.checkNoLinks(p); err != nil {
 		return err
 	}
-	if err := d.root.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := d.root.Remove(p); errors.Is(err, fs.ErrNotExist) {
+		// Nothing changed, and the folder may be gone too (an undo that removes a file a
+		// failed write never made): there is no name to make durable.
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("remove %s: %w", p, writeErr(err))
 	}
 	if err := d.syncFolder(path.Dir(p)); err != nil {

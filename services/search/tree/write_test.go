@@ -246,3 +246,25 @@ func TestWriteSyncsTheFoldersItMakes(t *testing.T) {
 		t.Errorf("a write into an existing folder synced %q, want %q", synced, want)
 	}
 }
+
+// Removing a file that is not there changes nothing and has nothing to make durable,
+// even when its folder is gone too: an undo removes files a failed write may never
+// have made, and a folder sync failing there reported a failed undo.
+func TestRemoveOfAMissingFileChangesNothing(t *testing.T) {
+	root := t.TempDir()
+	d, err := OpenDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var synced []string
+	d.onSync = func(folder string) { synced = append(synced, folder) }
+	for _, p := range []string{"gone.md", "no/such/folder/gone.md"} {
+		if err := d.Remove(p); err != nil {
+			t.Errorf("Remove(%q) of a missing file: %v, want nil", p, err)
+		}
+	}
+	if len(synced) != 0 {
+		t.Errorf("removing missing files synced %q, want nothing", synced)
+	}
+}
