@@ -796,21 +796,23 @@ func (r *Registry) applyFiles(dir *tree.Dir, p *plan) (func(), error) {
 		if err != nil {
 			return err
 		}
+		// Saved for the undo before the change is made: Write and Remove can fail after
+		// the file has changed (its folder's sync), and an undo that skipped such a file
+		// would leave it changed while the call fails and the index holds the old one.
+		// Undoing a change that was never made rewrites the same bytes, or removes
+		// nothing.
 		if o.remove {
 			if !exists {
 				return nil
 			}
-			if err := dir.Remove(o.path); err != nil {
-				return err
-			}
 			saves[i] = saved{true, old, true}
-			return nil
+			return dir.Remove(o.path)
 		}
+		saves[i] = saved{true, old, exists}
 		mtime, err := dir.Write(o.path, o.data)
 		if err != nil {
 			return err
 		}
-		saves[i] = saved{true, old, exists}
 		if o.doc != nil && o.doc.Updated.Equal(p.placeholder) {
 			o.doc.Updated = mtime
 		}
