@@ -241,6 +241,11 @@ func (r *Registry) syncSource(source string) (root, rel string, err error) {
 	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 		return "", "", fmt.Errorf("%w: %q is outside -sync-root", ErrSyncSource, source)
 	}
+	// Said here, in the caller's words: read as a folder, a file failed deep in the
+	// loader and reached the caller as an internal error.
+	if fi, err := os.Stat(src); err != nil || !fi.IsDir() {
+		return "", "", fmt.Errorf("%w: %q is not a folder", ErrSyncSource, source)
+	}
 	return root, rel, nil
 }
 

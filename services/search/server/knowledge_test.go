@@ -254,7 +254,9 @@ func TestSyncTreeSourceMustBeUnderTheSyncRoot(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(f.syncRoot, "link")); err != nil {
 		t.Fatal(err)
 	}
-	for _, src := range []string{outside, "../" + filepath.Base(outside), "link", "missing"} {
+	// A file is not a folder to sync from: it was read as a failure of the service.
+	writeFiles(t, f.syncRoot, map[string]string{"file.md": "# F\n"})
+	for _, src := range []string{outside, "../" + filepath.Base(outside), "link", "missing", "file.md"} {
 		_, err := f.know.SyncTree(callCtx(t), &quarryv1.SyncTreeRequest{KnowledgeBase: team, Source: src})
 		if status.Code(err) != codes.FailedPrecondition {
 			t.Errorf("SyncTree(%q) = %v, want FAILED_PRECONDITION", src, err)
