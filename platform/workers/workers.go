@@ -21,6 +21,9 @@ type Pool struct {
 	max   int32
 	idle  time.Duration
 	alive atomic.Int32
+	// kept counts the kept goroutines started, so tests can tell reuse from
+	// starting afresh without depending on when an idle one ends.
+	kept atomic.Int64
 }
 
 // New returns a pool of four kept goroutines per core, each ending after a quarter of
@@ -41,6 +44,7 @@ func (p *Pool) Go(f func()) {
 	default:
 	}
 	if p.alive.Add(1) <= p.max {
+		p.kept.Add(1)
 		go p.keep(f)
 		return
 	}
