@@ -4,9 +4,10 @@
 #
 # Go 1.26's fuzz coordinator can report a bare "context deadline exceeded" when
 # -fuzztime runs out while a worker is mid-call (go.dev/issue/75804, fixed in Go 1.27):
-# nothing was found and no failing input was written. Such a run is repeated once; a
-# failing input, a panic or any other failure fails at once, and so does a second run
-# that ends the same way.
+# nothing was found and no failing input was written. Such a run is repeated once, for
+# as many inputs as it had tried (-fuzztime Nx): a count sets no deadline, so the race
+# cannot end it again (a second timed run did, on a loaded CI machine). A failing input,
+# a panic or any other failure fails at once.
 set -uo pipefail
 fuzztime=$1; shift
 log=$(mktemp); trap 'rm -f "$log"' EXIT
@@ -22,8 +23,9 @@ race() {
 
 for t in "$@"; do
 	dir=${t%%:*}; fn=${t##*:}
+	budget=$fuzztime
 	for attempt in 1 2; do
-		if (cd "$dir" && go test -run '^$' -fuzz "^$fn\$" -fuzztime "$fuzztime" .) >"$log" 2>&1; then
+		if (cd "$dir" && go test -run '^$' -fuzz "^$fn\$" -fuzztime "$budget" .) >"$log" 2>&1; then
 			# go test passes when the name matches no fuzz test.
 			if grep -q 'no fuzz tests to fuzz' "$log"; then
 				echo "fuzz $t: no such fuzz test in $dir" >&2
@@ -33,7 +35,9 @@ for t in "$@"; do
 			continue 2
 		fi
 		if [ "$attempt" = 1 ] && race; then
-			echo "fuzz $t: the fuzz coordinator's deadline race (go.dev/issue/75804), nothing found; running it again"
+			execs=$(grep -oE 'execs: [0-9]+' "$log" | tail -1 | grep -oE '[0-9]+' || true)
+			budget="$(( ${execs:-0} > 1000 ? ${execs:-0} : 1000 ))x"
+			echo "fuzz $t: the fuzz coordinator's deadline race (go.dev/issue/75804), nothing found; running it again for $budget inputs"
 			continue
 		fi
 		cat "$log"
