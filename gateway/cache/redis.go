@@ -110,10 +110,11 @@ func (c *RedisConfig) Validate() error {
 		return fmt.Errorf("-redis-near-bytes must not be negative, got %d", c.NearBytes)
 	case c.TLSCAFile != "" && !c.TLS:
 		return errors.New("-redis-tls-ca needs -redis-tls")
-	case c.Cluster && c.KeyPrefix == "":
-		// Prefix would be "{}", an empty hash tag, which Redis Cluster ignores: every
-		// script's keys would spread over slots and fail with CROSSSLOT.
-		return errors.New("-redis-key-prefix must not be empty with -redis-cluster: it is the hash tag that keeps every key in one slot")
+	case c.Cluster && !hasHashTag(c.Prefix()):
+		// An empty prefix made "{}", one starting with "}" made "{}…}": an empty hash
+		// tag, which Redis Cluster ignores, so every script's keys would spread over
+		// slots and fail with CROSSSLOT.
+		return fmt.Errorf("-redis-key-prefix %q makes no hash tag with -redis-cluster (it must not be empty or start with \"}\"): the tag keeps every key in one slot", c.KeyPrefix)
 	}
 	return nil
 }

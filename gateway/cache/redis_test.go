@@ -108,6 +108,8 @@ func TestRedisConfigValidate(t *testing.T) {
 		{"a cluster node without a port", func(c *cache.RedisConfig) { c.Cluster, c.Addr = true, "a:1,b" }, "-redis-addr", ""},
 		{"a cluster has database 0 only", func(c *cache.RedisConfig) { c.Cluster, c.DB = true, 2 }, "-redis-db", ""},
 		{"a cluster needs a prefix to tag", func(c *cache.RedisConfig) { c.Cluster, c.KeyPrefix = true, "" }, "-redis-key-prefix", ""},
+		{"a prefix that closes the tag at once", func(c *cache.RedisConfig) { c.Cluster, c.KeyPrefix = true, "}q:" }, "-redis-key-prefix", ""},
+		{"a closing brace later is fine", func(c *cache.RedisConfig) { c.Cluster, c.KeyPrefix = true, "q}:" }, "", "{q}:}"},
 		{"one server may do without a prefix", func(c *cache.RedisConfig) { c.KeyPrefix = "" }, "", ""},
 	}
 	for _, tt := range tests {
