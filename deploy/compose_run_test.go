@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"maps"
 	"net"
 	"path/filepath"
 	"slices"
@@ -189,6 +190,11 @@ func (r *composeRun) run() {
 		if !seen[svc] {
 			t.Errorf("no span from %s reached the OTLP endpoint (have %v)", svc, seen)
 		}
+	}
+	// Jaeger takes traces only: metrics pushed to it fail at every push (Unimplemented,
+	// logged by every service each minute), so compose leaves them to /metrics.
+	if got := r.collector.Metrics(); len(got) > 0 {
+		t.Errorf("metrics were pushed to Jaeger's OTLP port, which takes none: %v", slices.Sorted(maps.Keys(got)))
 	}
 }
 
