@@ -7,6 +7,7 @@ import (
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 func TestQueryOutcomeGoesOnOneSpanPerQuery(t *testing.T) {
@@ -83,4 +84,38 @@ func spanNames(spans tracetest.SpanStubs) []string {
 		names = append(names, s.Name)
 	}
 	return names
+}
+
+// querySpan reuses the caller's span whenever there is one: recording, or valid and
+// not sampled (a sampled-out server span, whose child would be sampled out too).
+func TestQuerySpanReusesTheCallersSpan(t *testing.T) {
+	tp, _ := telemetrytest.Tracing()
+	sampledOut := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, // no sampled flag
+	}))
+	recording, s := tp.Tracer("test").Start(context.Background(), "server")
+	defer s.End()
+	tests := []struct {
+		name    string
+		ctx     context.Context
+		wantOwn bool
+	}{
+		{"a recording server span", recording, false},
+		{"a sampled-out server span", sampledOut, false},
+		{"an in-process call without a span", context.Background(), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, span, own := querySpan(tt.ctx)
+			if own {
+				defer span.End()
+			}
+			if own != tt.wantOwn {
+				t.Fatalf("own = %v, want %v", own, tt.wantOwn)
+			}
+			if !own && (!span.SpanContext().Equal(trace.SpanContextFromContext(tt.ctx)) || ctx != tt.ctx) {
+				t.Errorf("querySpan started a span under the caller's instead of using it")
+			}
+		})
+	}
 }
