@@ -224,47 +224,47 @@ func TestWriteSyncsTheFoldersItMakes(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "a"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	d, synced := openRecordingSyncs(t, root)
+	if _, err := d.Write("a/b/c/x.md", []byte("# X\n")); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(*synced)
+	if want := []string{"a", "a/b", "a/b/c"}; !slices.Equal(*synced, want) {
+		t.Errorf("a write that made a/b and a/b/c synced %q, want %q", *synced, want)
+	}
+	*synced = nil
+	if _, err := d.Write("a/b/c/y.md", []byte("# Y\n")); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a/b/c"}; !slices.Equal(*synced, want) {
+		t.Errorf("a write into an existing folder synced %q, want %q", *synced, want)
+	}
+}
+
+// openRecordingSyncs opens root for writing and records each folder it syncs.
+func openRecordingSyncs(t *testing.T, root string) (*Dir, *[]string) {
+	t.Helper()
 	d, err := OpenDir(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
-	var synced []string
-	d.onSync = func(folder string) { synced = append(synced, folder) }
-	if _, err := d.Write("a/b/c/x.md", []byte("# X\n")); err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(synced)
-	if want := []string{"a", "a/b", "a/b/c"}; !slices.Equal(synced, want) {
-		t.Errorf("a write that made a/b and a/b/c synced %q, want %q", synced, want)
-	}
-	synced = nil
-	if _, err := d.Write("a/b/c/y.md", []byte("# Y\n")); err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{"a/b/c"}; !slices.Equal(synced, want) {
-		t.Errorf("a write into an existing folder synced %q, want %q", synced, want)
-	}
+	t.Cleanup(func() { d.Close() })
+	synced := new([]string)
+	d.onSync = func(folder string) { *synced = append(*synced, folder) }
+	return d, synced
 }
 
 // Removing a file that is not there changes nothing and has nothing to make durable,
 // even when its folder is gone too: an undo removes files a failed write may never
 // have made, and a folder sync failing there reported a failed undo.
 func TestRemoveOfAMissingFileChangesNothing(t *testing.T) {
-	root := t.TempDir()
-	d, err := OpenDir(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	var synced []string
-	d.onSync = func(folder string) { synced = append(synced, folder) }
+	d, synced := openRecordingSyncs(t, t.TempDir())
 	for _, p := range []string{"gone.md", "no/such/folder/gone.md"} {
 		if err := d.Remove(p); err != nil {
 			t.Errorf("Remove(%q) of a missing file: %v, want nil", p, err)
 		}
 	}
-	if len(synced) != 0 {
-		t.Errorf("removing missing files synced %q, want nothing", synced)
+	if len(*synced) != 0 {
+		t.Errorf("removing missing files synced %q, want nothing", *synced)
 	}
 }
