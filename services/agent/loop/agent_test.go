@@ -643,6 +643,58 @@ func TestAHungManifestFetchIsLeftOut(t *testing.T) {
 	}
 }
 
+// TestAFailedManifestFetchIsRemembered: while a search replica hangs, each fetch costs
+// the whole -manifest-timeout; the next prompts go without the map at once, and after
+// manifestRetry the fetch is tried again. A caller giving up is not a failure of search.
+func TestAFailedManifestFetchIsRemembered(t *testing.T) {
+	cfg := testConfig()
+	cfg.ManifestTimeout = 200 * time.Millisecond
+	h := newHarness(t, cfg, say("1"), say("2"), say("3"), say("4"), say("5"))
+	now := time.Unix(1e9, 0)
+	h.agent.manifests.now = func() time.Time { return now }
+	h.kb.hangMan = true
+	ask := func(ctx context.Context, gen uint64) time.Duration {
+		t.Helper()
+		req := t4Request()
+		req.Generation = gen
+		began := time.Now()
+		if _, err := h.answer(t, ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(began)
+	}
+	ask(context.Background(), 7)
+	// A new generation would fetch again; within manifestRetry of the failure it does not.
+	if took := ask(context.Background(), 8); took >= cfg.ManifestTimeout {
+		t.Errorf("the answer after a failed fetch took %v: it waited for the hung replica again", took)
+	}
+	if h.kb.manifests != 1 {
+		t.Fatalf("%d manifest fetches within %v of a failed one, want 1", h.kb.manifests, manifestRetry)
+	}
+	now = now.Add(manifestRetry)
+	h.kb.hangMan = false
+	ask(context.Background(), 8)
+	if h.kb.manifests != 2 {
+		t.Fatalf("%d manifest fetches once %v had passed, want 2", h.kb.manifests, manifestRetry)
+	}
+	if msgs := h.llm.requests()[2].Messages; !strings.Contains(msgs[len(msgs)-1].Content, "Structure of the knowledge base") {
+		t.Error("the fetch tried again succeeded, but its manifest is not in the prompt")
+	}
+
+	// The caller's own deadline cutting a fetch short is not remembered.
+	h.kb.hangMan = true
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	req := t4Request()
+	req.Generation = 9
+	h.answer(t, ctx, req) // may fail or degrade: the caller's time is up
+	h.kb.hangMan = false
+	ask(context.Background(), 9)
+	if h.kb.manifests != 4 {
+		t.Errorf("%d manifest fetches, want 4: a fetch the caller cut short must not hold off the next", h.kb.manifests)
+	}
+}
+
 func TestTheManifestIsFetchedOncePerGeneration(t *testing.T) {
 	h := newHarness(t, testConfig(), say("one"), say("two"), say("three"), say("four"))
 	ctx := context.Background()

@@ -47,7 +47,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Deadline, "loop-deadline", 40*time.Second, "deadline of the tool-using part of a T3/T4 answer; then the model answers from what it gathered (keep it below the gateway's -agent-timeout; a caller's nearer deadline shortens it to two thirds of the caller's time)")
 	fs.IntVar(&c.RepeatLimit, "loop-repeat-limit", 2, "stop the loop when the same tool call with the same arguments is asked for this many times")
 	fs.DurationVar(&c.ConcludeTimeout, "loop-conclude-timeout", 15*time.Second, "time for the final answer from what was gathered once the loop stopped")
-	fs.DurationVar(&c.ManifestTimeout, "manifest-timeout", 2*time.Second, "time to fetch a knowledge base's manifest for the prompt (cached per content version); past it the answer is prompted without it")
+	fs.DurationVar(&c.ManifestTimeout, "manifest-timeout", 2*time.Second, "time to fetch a knowledge base's manifest for the prompt (cached per content version); past it the answer is prompted without it, and for 10 s no fetch is tried")
 }
 
 // Validate rejects settings the loop cannot work with, naming the flag.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 )
@@ -76,12 +77,22 @@ func concludePrompt(why string) string {
 		"If they do not answer it, say so and say what is missing."
 }
 
+// manifestRetry is how long a knowledge base's failed manifest fetch is remembered.
+// While a search replica hangs, each fetch costs the whole -manifest-timeout; without
+// the memory every prompt in that time would pay it again, for a map the answer can do
+// without.
+const manifestRetry = 10 * time.Second
+
 // manifests caches each knowledge base's rendered manifest for the content (or, from a
 // search service that reports no content version, the generation) it was built for,
 // so that a prompt costs no manifest call while the knowledge is unchanged.
 type manifests struct {
 	mu sync.Mutex
 	m  map[string]renderedManifest
+	// failed holds when each knowledge base's last fetch failed, until manifestRetry
+	// after it.
+	failed map[string]time.Time
+	now    func() time.Time // time.Now; tests move it
 }
 
 type renderedManifest struct {
@@ -94,17 +105,26 @@ type renderedManifest struct {
 // of other content or an older generation. Search replicas holding the same tree number
 // its generation differently: by generation alone, a manifest fetched from the replica
 // with the smaller number would be fetched again for every question the other answered.
-// A manifest that cannot be fetched is left out of the prompt: the documents matter
-// more than the map.
+// A manifest that cannot be fetched is left out of the prompt (or the one cached before
+// stands in): the documents matter more than the map. A failed fetch is not tried again
+// for manifestRetry.
 func (c *manifests) get(ctx context.Context, a *Agent, kb string, gen, version uint64) string {
+	now := time.Now
+	if c.now != nil {
+		now = c.now
+	}
 	c.mu.Lock()
 	cached, ok := c.m[kb]
+	failed, recent := c.failed[kb]
+	recent = recent && now().Sub(failed) < manifestRetry
 	c.mu.Unlock()
 	switch {
 	case ok && version != 0 && cached.version == version:
 		return cached.text
 	case ok && version == 0 && gen != 0 && cached.gen >= gen:
 		return cached.text
+	case recent:
+		return cached.text // "" when there is none
 	}
 	// A search replica that hangs (a partition drops packets, nothing resets) would
 	// otherwise hold the answer until the caller gives up, for a map it can do without.
@@ -112,15 +132,22 @@ func (c *manifests) get(ctx context.Context, a *Agent, kb string, gen, version u
 	defer cancel()
 	m, err := a.tools.Manifest(mctx, kb)
 	if err != nil {
-		a.log.WarnContext(ctx, "manifest unavailable; prompting without it", "kb", kb, "err", err)
-		if ok {
-			return cached.text
+		// A caller that gave up says nothing about the search service.
+		if ctx.Err() == nil {
+			a.log.WarnContext(ctx, "manifest unavailable; prompting without it", "kb", kb, "err", err, "retry_in", manifestRetry)
+			c.mu.Lock()
+			if c.failed == nil {
+				c.failed = map[string]time.Time{}
+			}
+			c.failed[kb] = now()
+			c.mu.Unlock()
 		}
-		return ""
+		return cached.text // "" when there is none
 	}
 	text := renderManifest(m)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.failed, kb)
 	if c.m == nil {
 		c.m = map[string]renderedManifest{}
 	}
