@@ -90,8 +90,23 @@ func (r *Registry) saveSignals(k *KB) error {
 	}
 	if err != nil {
 		_ = os.Remove(tmp.Name())
+		return err
 	}
-	return err
+	// The new name is an entry of dir: until dir is synced, a crash can bring back the
+	// older file, and with it signals already acknowledged as saved.
+	return syncFolder(dir)
+}
+
+func syncFolder(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
 }
 
 // restoreSignals applies the signals saved for a knowledge base, if any, to a new store.

@@ -712,7 +712,7 @@ func (r *Registry) write(ctx context.Context, id string, create bool, plan plann
 		}
 	}
 	if err == nil {
-		err = dir.Sync()
+		err = syncDir(dir)
 	}
 	if err != nil {
 		undo()
@@ -759,6 +759,10 @@ func (r *Registry) write(ctx context.Context, id string, create bool, plan plann
 	return res, nil
 }
 
+// syncDir makes a batched write's files durable. A variable, so that a test sees when
+// it runs: what it does is invisible short of a crash.
+var syncDir = (*tree.Dir).Sync
+
 // errRebuild marks an engine failure whose undo failed too.
 var errRebuild = errors.New("index needs a rebuild")
 
@@ -788,6 +792,11 @@ func (r *Registry) applyFiles(dir *tree.Dir, p *plan) (func(), error) {
 			}
 		}
 		dir.RemoveCreatedFolders()
+		// A batch's files are written without an fsync each, and so are the ones put
+		// back: unsynced, a crash could bring back the write that was refused.
+		if err := syncDir(dir); err != nil {
+			r.log.Error("sync the undo of a failed write", "err", err)
+		}
 	}
 	// Files already in the folder may be larger than a loadable one (that is why they
 	// were skipped); they are kept whole for the undo.
