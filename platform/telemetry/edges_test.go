@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -240,5 +241,37 @@ func TestSignalEndpointsAreEachTheirOwn(t *testing.T) {
 				t.Errorf("collector took the metric: %v, want %v", got, tt.metricsTaken)
 			}
 		})
+	}
+}
+
+// A setting refused after the OTLP exporter was made (the sampler's, the batcher's) left
+// that exporter's client running: a caller that goes on after the error, as a test or a
+// program embedding the services does, kept its goroutines for good.
+func TestRefusedSetupLeavesNothingRunning(t *testing.T) {
+	col := otlptest.Start(t)
+	for _, bad := range []map[string]string{
+		{"OTEL_TRACES_SAMPLER": "sometimes"},
+		{"OTEL_BSP_MAX_QUEUE_SIZE": "-1"},
+	} {
+		env := map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": col.Endpoint()}
+		for k, v := range bad {
+			env[k] = v
+		}
+		before := runtime.NumGoroutine()
+		for range 5 {
+			if tel, err := Setup(context.Background(), Config{Service: "test", Getenv: func(k string) string { return env[k] }}); err == nil {
+				tel.Shutdown(context.Background())
+				t.Fatalf("%v: Setup succeeded", bad)
+			}
+		}
+		var after int
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if after = runtime.NumGoroutine(); after <= before {
+				break
+			}
+		}
+		if after > before {
+			t.Errorf("%v: %d goroutines after five refused setups, %d before", bad, after, before)
+		}
 	}
 }

@@ -94,15 +94,26 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 			return nil, err
 		}
 	}
+	// A setting refused from here on stops what was started: an OTLP exporter holds a
+	// client and its goroutines, and a caller may go on after the error (a test, or an
+	// embedding program that runs without telemetry).
+	stop := func(err error) (*Telemetry, error) {
+		if t.tracer != nil {
+			_ = t.tracer.Shutdown(ctx) // shuts its exporter down too
+		} else if exp != nil && cfg.SpanExporter == nil {
+			_ = exp.Shutdown(ctx)
+		}
+		return nil, err
+	}
 	if exp != nil {
 		t.Tracing = true
 		sampler, err := samplerFromEnv(getenv)
 		if err != nil {
-			return nil, fmt.Errorf("telemetry: %w", err)
+			return stop(fmt.Errorf("telemetry: %w", err))
 		}
 		bc, err := batcherConfigFromEnv(getenv, time.Second)
 		if err != nil {
-			return nil, fmt.Errorf("telemetry: %w", err)
+			return stop(fmt.Errorf("telemetry: %w", err))
 		}
 		proc := sdktrace.WithSpanProcessor(newBatcher(exp, bc))
 		if cfg.SpanExporter != nil && !cfg.Batch {
@@ -114,7 +125,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 
 	prom, err := otelprom.New(otelprom.WithRegisterer(t.registry))
 	if err != nil {
-		return nil, fmt.Errorf("telemetry prometheus: %w", err)
+		return stop(fmt.Errorf("telemetry prometheus: %w", err))
 	}
 	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(prom)}
 	if otlpMetrics {
@@ -125,7 +136,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 			mexp, err = otlpmetricgrpc.New(ctx)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("telemetry otlp metrics (%s): %w", metricsProtocol, err)
+			return stop(fmt.Errorf("telemetry otlp metrics (%s): %w", metricsProtocol, err))
 		}
 		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp)))
 	}
