@@ -426,3 +426,80 @@ func TestRedisCommandsAreInTheQuerysTrace(t *testing.T) {
 		})
 	}
 }
+
+// TestTheCallersSamplingDecisionHoldsAcrossTheChain: a caller's trace context decides
+// for every hop (parent-based sampling). A sampled caller's query records its spans in
+// the caller's trace, the gateway's server span a child of the caller's span; an
+// unsampled caller's query records nothing in any service, which holds only if each hop
+// passes the unsampled context on: a hop that started a trace of its own would record
+// it.
+func TestTheCallersSamplingDecisionHoldsAcrossTheChain(t *testing.T) {
+	exp, _ := inMemoryTracing(t)
+	gw, _ := startLLMSystem(t)
+	for _, tc := range []struct {
+		name    string
+		query   string
+		sampled bool
+	}{
+		{"sampled", jwtRotateQ, true},
+		{"not sampled", "How do I restore a Postgres backup?", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var flags trace.TraceFlags
+			if tc.sampled {
+				flags = trace.FlagsSampled
+			}
+			caller := trace.NewSpanContext(trace.SpanContextConfig{
+				TraceID: trace.TraceID{0x51, 1, 2, 3}, SpanID: trace.SpanID{0x52, 1}, TraceFlags: flags, Remote: true,
+			})
+			// The test's client is instrumented as a caller's would be: its client span
+			// (recorded or not, as the caller's context says) carries the trace on.
+			ctx, cancel := context.WithTimeout(trace.ContextWithRemoteSpanContext(context.Background(), caller), 10*time.Second)
+			defer cancel()
+			exp.Reset()
+			resp, err := gw.Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: exampleKB, Query: tc.query})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.GetTier() == quarryv1.Tier_TIER_EXACT_CACHE || resp.GetTier() == quarryv1.Tier_TIER_FUZZY_CACHE {
+				t.Fatalf("answered by %v: the query must reach the search service", resp.GetTier())
+			}
+			// Server spans end after the response is written: wait for the gateway's,
+			// or, unsampled, long enough for it to have come.
+			var spans tracetest.SpanStubs
+			for deadline := time.Now().Add(map[bool]time.Duration{true: 5 * time.Second, false: 300 * time.Millisecond}[tc.sampled]); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				if spans = exp.GetSpans(); hasSpan(spans, "quarry.v1.QueryService/Query", trace.SpanKindServer) {
+					break
+				}
+			}
+			if !tc.sampled {
+				if len(spans) > 0 {
+					names := make([]string, len(spans))
+					for i, s := range spans {
+						names[i] = s.Name
+					}
+					t.Fatalf("an unsampled caller's query recorded %d spans: %v", len(spans), names)
+				}
+				return
+			}
+			root := find(spans, "quarry.v1.QueryService/Query", trace.SpanKindServer)
+			if root == nil {
+				t.Fatal("no gateway server span for a sampled caller")
+			}
+			if c := find(spans, "quarry.v1.QueryService/Query", trace.SpanKindClient); c == nil || c.Parent.SpanID() != caller.SpanID() ||
+				root.Parent.SpanID() != c.SpanContext.SpanID() {
+				t.Errorf("the gateway's server span is not beneath the caller's span through the client's")
+			}
+			byID := map[trace.SpanID]tracetest.SpanStub{}
+			for _, s := range spans {
+				if s.SpanContext.TraceID() != caller.TraceID() {
+					t.Errorf("span %q is in trace %v, not the caller's", s.Name, s.SpanContext.TraceID())
+				}
+				byID[s.SpanContext.SpanID()] = s
+			}
+			if s := findIn(byID, "quarry.v1.SearchService/Resolve", trace.SpanKindServer); s == nil || !descends(byID, *s, root.SpanContext.SpanID()) {
+				t.Error("the search service's server span is not beneath the gateway's")
+			}
+		})
+	}
+}
