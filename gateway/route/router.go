@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/quarry-router/quarry/gateway/cache"
@@ -301,8 +302,10 @@ func (c *call) fuzzy(ctx context.Context, spec *speculation) *quarryv1.QueryResp
 		return nil
 	}
 
-	// (a) The same stems ask the same thing in other words: serve at once.
-	if sameSet(text.Stems(c.tokens), text.Stems(cand.Tokens)) {
+	// (a) The same stems ask the same thing in other words: serve at once, unless a
+	// one-digit number was replaced (tokens leave those out, see contentWord), which the
+	// search must judge like any other replaced word.
+	if sameSet(text.Stems(c.tokens), text.Stems(cand.Tokens)) && !replaced(cand.Query, c.norm) {
 		return c.serveFuzzy(cached, "same stems")
 	}
 	// (b) Otherwise the fresh search must route the question the same way.
@@ -377,23 +380,44 @@ func agrees(query, candidate string, candidateKey uint64, cached *quarryv1.Query
 	if fresh == "" || fresh != old {
 		return false, rejectTopSource, fmt.Sprintf("top source %q differs from the cached answer's %q", fresh, old)
 	}
-	if gone, came := wordChanges(candidate, query); len(gone) > 0 && len(came) > 0 {
+	if gone, came := wordChanges(candidate, query); replacedIn(gone, came) {
 		return false, rejectWordReplaced, fmt.Sprintf("search agrees, but %s replaced by %s asks another question",
 			strings.Join(gone, ","), strings.Join(came, ","))
 	}
 	return true, "", fmt.Sprintf("search agrees: %s from %s", route, fresh)
 }
 
-// wordChanges compares the content words of two questions as stems, counting each
-// occurrence: a word asked twice and then once lost an occurrence ("http Serve ...
-// HTTP connections" to "cgi Serve ... HTTP connections" replaced one http by cgi).
-// It returns the stems from has more of than to, and those to has more of, sorted.
-// Content words are the fuzzy cache's: text.Tokens without the de-duplication.
+// replaced reports whether to asks about something else than from: a content word of
+// from gave way to another (wordChanges).
+func replaced(from, to string) bool { return replacedIn(wordChanges(from, to)) }
+
+// replacedIn reports whether wordChanges' result replaced a word: some went and some
+// came. Only added or only dropped words are a rewording (see agrees).
+func replacedIn(gone, came []string) bool { return len(gone) > 0 && len(came) > 0 }
+
+// contentWord reports whether a word of text.Words counts in the verification: a
+// fuzzy-cache token (at least 2 characters, not a stop word), or a one-digit number.
+// Tokens leave one-character words out, but a digit is what tells "node 3" from
+// "node 4" or "python 2" from "python 3": questions with the same tokens that ask
+// about different things.
+func contentWord(w string) bool {
+	if utf8.RuneCountInString(w) == 1 {
+		r, _ := utf8.DecodeRuneInString(w)
+		return unicode.IsDigit(r)
+	}
+	return !text.IsStopWord(w)
+}
+
+// wordChanges compares the content words (contentWord) of two questions as stems,
+// counting each occurrence: a word asked twice and then once lost an occurrence
+// ("http Serve ... HTTP connections" to "cgi Serve ... HTTP connections" replaced one
+// http by cgi). It returns the stems from has more of than to, and those to has more
+// of, sorted.
 func wordChanges(from, to string) (gone, came []string) {
 	count := func(q string) map[string]int {
 		m := make(map[string]int)
 		for _, w := range text.Words(q) {
-			if utf8.RuneCountInString(w) >= 2 && !text.IsStopWord(w) {
+			if contentWord(w) {
 				m[text.Stem(w)]++
 			}
 		}
@@ -678,13 +702,17 @@ func shallowCopy(r *quarryv1.QueryResponse) *quarryv1.QueryResponse {
 	}
 }
 
+// flightKey names the flight of a question. A traced request asks the search for its
+// gate trace, which an untraced flight has none of, so it has flights of its own. The
+// mark goes before the question, which may hold any character ("|" included): after it,
+// a question ending in "|explain" would share the traced flight of the question before
+// that suffix and be given that question's answer.
 func flightKey(kb string, gen uint64, norm string, explain bool) string {
-	k := kb + "|" + strconv.FormatUint(gen, 10) + "|" + norm
+	mark := "-"
 	if explain {
-		// A traced request asks the search for its gate trace; an untraced flight has none.
-		k += "|explain"
+		mark = "e"
 	}
-	return k
+	return kb + "|" + strconv.FormatUint(gen, 10) + "|" + mark + "|" + norm
 }
 
 // resolveError classifies a failed Resolve: the caller giving up, an answer the search

@@ -362,6 +362,16 @@ func TestFuzzyCache(t *testing.T) {
 		{"a candidate the search agrees with but whose subject was replaced is rejected (hmac vs sha256)",
 			"How does hmac New return a new HMAC hash?", "How does sha256 New return a new HMAC hash?",
 			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "crypto/hmac.md", "replaced by", rejectWordReplaced},
+		// One-digit numbers are not fuzzy tokens (SPEC: tokens of 2+ characters), so
+		// these two have the same tokens, yet they ask about different things.
+		{"a candidate whose one-digit number was replaced is rejected (node 3 vs node 4)",
+			"How do I rotate keys on node 3?", "How do I rotate keys on node 4?",
+			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "replaced by", rejectWordReplaced},
+		{"a candidate whose version digit was replaced is rejected (python 2 vs 3)",
+			"rotate keys after upgrading to python 2", "rotate keys after upgrading to python 3",
+			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "replaced by", rejectWordReplaced},
+		{"the same one-digit number in other words is served at once", "How do I rotate keys on node 3?", "rotate the keys on node 3",
+			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "same stems", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -1043,6 +1053,55 @@ func TestARepeatJustAfterTheAnswerSharesItsSearch(t *testing.T) {
 	ask()
 	if n := res.calls.Load(); n != before+1 {
 		t.Fatalf("Resolve called %d times after the linger, want %d: a finished search is not kept", n, before+1)
+	}
+}
+
+// A question may hold any character, "|" included: a traced question and an untraced
+// one whose text is the traced one's plus "|explain" are different questions, and
+// neither may be answered by the other's search.
+func TestAQuestionEndingInExplainIsNotAnotherQuestionsTrace(t *testing.T) {
+	gens := &fakeGens{gens: map[string]uint64{"kb": 1}}
+	release := make(chan struct{})
+	res := &fakeResolver{before: func(ctx context.Context, n int) error {
+		if n == 1 {
+			<-release
+		}
+		return nil
+	}}
+	res.set(func(_ context.Context, req *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error) {
+		r := &quarryv1.ResolveResponse{Route: quarryv1.Tier_TIER_DIRECT, Generation: 1, Answer: "answer to " + req.GetQuery(),
+			Sources: []*quarryv1.Source{{Path: "auth/rotate-keys.md"}}}
+		if req.GetExplain() {
+			r.Gate = &quarryv1.GateTrace{SearchText: req.GetQuery()}
+		}
+		return r, nil
+	})
+	r := New(DefaultConfig(), brokenStore{}, res, nil, gens, nil)
+	ask := func(q string, explain bool, out **quarryv1.QueryResponse) func() {
+		return func() {
+			resp, err := r.Query(context.Background(), &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: q, Explain: explain}, nil)
+			if err != nil {
+				t.Error(err)
+			}
+			*out = resp
+		}
+	}
+	var untraced, traced *quarryv1.QueryResponse
+	var wg sync.WaitGroup
+	wg.Go(ask("rotate keys|explain", false, &untraced))
+	waitUntil(t, "the untraced question searches", func() bool { return res.calls.Load() == 1 })
+	wg.Go(ask("rotate keys", true, &traced))
+	waitUntil(t, "the traced question joins a search", func() bool {
+		return r.resolves.inFlight(flightKey("kb", 1, "rotate keys|explain", false)) == 2 || res.calls.Load() == 2
+	})
+	close(release)
+	wg.Wait()
+	if got := untraced.GetAnswer(); got != "answer to rotate keys|explain" {
+		t.Errorf("untraced question answered %q", got)
+	}
+	if got := traced.GetAnswer(); got != "answer to rotate keys" || traced.GetExplain().GetGate() == nil {
+		t.Fatalf("traced question %q answered %q with gate trace %v; want its own answer and trace",
+			"rotate keys", got, traced.GetExplain().GetGate())
 	}
 }
 

@@ -33,6 +33,8 @@ func TestWordChanges(t *testing.T) {
 			[]string{"rotate"}, []string{"revoke"}},
 		{"a swapped subject goes and comes", "how does gzip newreader create a new reader?", "how does zlib newreader create a new reader?",
 			[]string{"gzip"}, []string{"zlib"}},
+		{"a replaced one-digit number goes and comes", "how do i upgrade to python 2?", "how do i upgrade to python 3?",
+			[]string{"2"}, []string{"3"}},
 		{"a repeated word that loses an occurrence goes", "how does http serve accept incoming http connections?",
 			"how does cgi serve accept incoming http connections?", []string{"http"}, []string{"cgi"}},
 	}
