@@ -5,6 +5,7 @@ package llm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,10 +13,12 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/quarry-router/quarry/services/agent/loop"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
@@ -126,6 +129,9 @@ func (p *OpenAI) attempt(ctx context.Context, body []byte, onDelta func(string) 
 	var acc openai.ChatCompletionAccumulator
 	for stream.Next() {
 		chunk := stream.Current()
+		if empty(chunk) {
+			continue
+		}
 		if !acc.AddChunk(chunk) {
 			return nil, emitted, errBadChunk
 		}
@@ -155,6 +161,23 @@ func (p *OpenAI) attempt(ctx context.Context, body []byte, onDelta func(string) 
 		return nil, emitted, errBrokenStream
 	}
 	return p.turn(&acc.ChatCompletion), emitted, nil
+}
+
+// empty reports whether a chunk holds nothing of the turn: no text, tool call, finish
+// reason or usage. Azure OpenAI's content-filter annotations are such chunks; they have
+// no id, and one may come after the finish, so the accumulator would refuse it (an id
+// that is not the stream's) or let its null finish_reason clear the turn's, and a
+// finished answer would count as a broken stream.
+func empty(c openai.ChatCompletionChunk) bool {
+	if c.Usage.PromptTokens != 0 || c.Usage.CompletionTokens != 0 || c.Usage.TotalTokens != 0 {
+		return false
+	}
+	for _, ch := range c.Choices {
+		if ch.Delta.Content != "" || ch.Delta.Refusal != "" || len(ch.Delta.ToolCalls) > 0 || ch.FinishReason != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // whole makes an unstreamed request and passes the turn's text on in one piece.
@@ -206,6 +229,7 @@ func (p *OpenAI) turn(c *openai.ChatCompletion) *loop.ChatResponse {
 // span and metrics: the HTTP status the server answered with, or what kind of failure.
 func classify(err error, cfg Config) (retry bool, what, kind string) {
 	var apiErr *openai.Error
+	var streamErr *ssestream.StreamError
 	var netErr net.Error
 	switch {
 	case errors.As(err, &apiErr):
@@ -217,8 +241,15 @@ func classify(err error, cfg Config) (retry bool, what, kind string) {
 		case http.StatusNotFound:
 			what += " (check -llm-base-url and -llm-model)"
 		}
-		return code == http.StatusRequestTimeout || code == http.StatusConflict ||
-			code == http.StatusTooManyRequests || code >= 500, what, strconv.Itoa(code)
+		return retryableStatus(code), what, strconv.Itoa(code)
+	case errors.As(err, &streamErr):
+		code, transient := streamFailure(streamErr.Event.Data)
+		what, kind = "the LLM reported an error in its stream", "stream_error"
+		if code != 0 {
+			what, kind = fmt.Sprintf("%s (HTTP %d)", what, code), strconv.Itoa(code)
+			transient = retryableStatus(code)
+		}
+		return transient, what, kind
 	case errors.Is(err, context.DeadlineExceeded):
 		return true, fmt.Sprintf("no complete answer within -llm-timeout (%s)", cfg.Timeout), "timeout"
 	case errors.Is(err, errBrokenStream), errors.Is(err, io.ErrUnexpectedEOF):
@@ -230,6 +261,43 @@ func classify(err error, cfg Config) (retry bool, what, kind string) {
 	default:
 		return false, "the LLM's response could not be read", "_OTHER"
 	}
+}
+
+// retryableStatus reports whether another attempt may get past an HTTP status: a
+// timeout, a conflict, a rate limit or a server error.
+func retryableStatus(code int) bool {
+	return code == http.StatusRequestTimeout || code == http.StatusConflict ||
+		code == http.StatusTooManyRequests || code >= 500
+}
+
+// streamFailure reads an error event a server sent in its stream after answering 200,
+// in place of a chunk: the HTTP status its code names, when numeric (vLLM, OpenRouter),
+// and whether its type or code says the server failed or is busy (OpenAI sends
+// "server_error" with no code), which another attempt may get past.
+func streamFailure(data []byte) (status int, transient bool) {
+	var ev struct {
+		Error struct {
+			Type string          `json:"type"`
+			Code json.RawMessage `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(data, &ev) != nil {
+		return 0, false
+	}
+	code := string(ev.Error.Code)
+	var s string
+	if json.Unmarshal(ev.Error.Code, &s) == nil {
+		code = s
+	}
+	if n, err := strconv.Atoi(code); err == nil && n >= 100 && n <= 599 {
+		return n, false
+	}
+	for _, word := range []string{"server_error", "rate_limit", "overloaded"} {
+		if strings.Contains(ev.Error.Type, word) || strings.Contains(code, word) {
+			return 0, true
+		}
+	}
+	return 0, false
 }
 
 // delay is the wait before retry number attempt (1-based): Retry-After when the server

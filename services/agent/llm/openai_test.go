@@ -303,3 +303,125 @@ func TestUnstreamedCallsForServersThatCannotStreamToolCalls(t *testing.T) {
 		t.Errorf("wire-format problems: %v", p)
 	}
 }
+
+// sse writes a stream body of data lines, each event ended by a blank line.
+func sse(events ...string) string {
+	var b strings.Builder
+	for _, e := range events {
+		b.WriteString("data: " + e + "\n\n")
+	}
+	return b.String()
+}
+
+func TestStreamsAsCompatibleServersWriteThem(t *testing.T) {
+	const id = `"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m"`
+	tests := []struct {
+		name                 string
+		body                 string
+		wantContent          string
+		wantFinish           string
+		wantCalls            []loop.ToolCall
+		wantPrompt, wantComp int64
+	}{
+		{
+			name: "data: without a space, CRLF line ends and keep-alive comments",
+			body: ": keep-alive\r\n\r\n" +
+				`data:{` + id + `,"choices":[{"index":0,"delta":{"role":"assistant","content":"Rot"},"finish_reason":null}]}` + "\r\n\r\n" +
+				": keep-alive\r\n\r\n" +
+				`data:{` + id + `,"choices":[{"index":0,"delta":{"content":"ate."},"finish_reason":"stop"}]}` + "\r\n\r\n" +
+				"data:[DONE]\r\n\r\n",
+			wantContent: "Rotate.", wantFinish: "stop",
+		},
+		{
+			name: "tool-call deltas in pieces, usage only in a last chunk without choices",
+			body: sse(
+				`{`+id+`,"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"sea","arguments":""}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"rch","arguments":"{\"query\":"}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"jwt\"}"}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"c2","type":"function","function":{"name":"read_document","arguments":"{\"path\":\"a.md\"}"}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+				`{`+id+`,"choices":[],"usage":{"prompt_tokens":70,"completion_tokens":12,"total_tokens":82}}`,
+				`[DONE]`),
+			wantFinish: "tool_calls", wantPrompt: 70, wantComp: 12,
+			wantCalls: []loop.ToolCall{{ID: "c1", Name: "search", Arguments: `{"query":"jwt"}`}, {ID: "c2", Name: "read_document", Arguments: `{"path":"a.md"}`}},
+		},
+		{
+			// Azure OpenAI's asynchronous content filter interleaves annotation chunks,
+			// with no id and no delta, with the text, and sends one after the finish.
+			name: "Azure content-filter annotations, one after the finish",
+			body: sse(
+				`{"id":"","object":"","created":0,"model":"","prompt_filter_results":[{"prompt_index":0,"content_filter_results":{}}],"choices":[]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{"content":"Rotate "},"finish_reason":null}]}`,
+				`{"id":"","object":"","created":0,"model":"","choices":[{"index":0,"finish_reason":null,"content_filter_results":{"hate":{"filtered":false,"severity":"safe"}},"content_filter_offsets":{"check_offset":0,"start_offset":0,"end_offset":7}}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{"content":"weekly."},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+				`{"id":"","object":"","created":0,"model":"","choices":[{"index":0,"finish_reason":null,"content_filter_results":{"hate":{"filtered":false,"severity":"safe"}},"content_filter_offsets":{"check_offset":7,"start_offset":7,"end_offset":14}}]}`,
+				`{`+id+`,"choices":[],"usage":{"prompt_tokens":30,"completion_tokens":4,"total_tokens":34}}`,
+				`[DONE]`),
+			wantContent: "Rotate weekly.", wantFinish: "stop", wantPrompt: 30, wantComp: 4,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := llmtest.New(t, llmtest.Turn{SSE: tt.body}, llmtest.Turn{SSE: tt.body}, llmtest.Turn{SSE: tt.body})
+			onDelta, deltas := collect(t)
+			resp, err := New(testConfig(srv.BaseURL())).Chat(context.Background(), chatRequest(), onDelta)
+			if err != nil {
+				t.Fatalf("Chat: %v (after %d requests)", err, len(srv.Requests()))
+			}
+			if resp.Content != tt.wantContent || strings.Join(*deltas, "") != tt.wantContent || resp.FinishReason != tt.wantFinish || resp.Attempts != 1 {
+				t.Errorf("content %q deltas %q finish %q attempts %d; want %q, %q, 1", resp.Content, *deltas, resp.FinishReason, resp.Attempts, tt.wantContent, tt.wantFinish)
+			}
+			if resp.PromptTokens != tt.wantPrompt || resp.CompletionTokens != tt.wantComp {
+				t.Errorf("tokens %d/%d, want %d/%d", resp.PromptTokens, resp.CompletionTokens, tt.wantPrompt, tt.wantComp)
+			}
+			if len(resp.ToolCalls) != len(tt.wantCalls) {
+				t.Fatalf("tool calls %+v, want %+v", resp.ToolCalls, tt.wantCalls)
+			}
+			for i := range tt.wantCalls {
+				if resp.ToolCalls[i] != tt.wantCalls[i] {
+					t.Errorf("tool call %d: %+v, want %+v", i, resp.ToolCalls[i], tt.wantCalls[i])
+				}
+			}
+		})
+	}
+}
+
+// Servers that have already answered 200 report a failure as an error event in the
+// stream (OpenAI, OpenRouter, vLLM): before any text it is retried as the same status
+// would be, and it is not when it says the request itself was wrong.
+func TestErrorEventsInTheStream(t *testing.T) {
+	ok := llmtest.Turn{Content: "ok"}
+	tests := []struct {
+		name        string
+		event       string
+		wantErr     string // "" for success after a retry
+		wantAttempt int
+	}{
+		{"OpenAI's server_error is retried", `{"error":{"message":"The server had an error while processing your request.","type":"server_error","param":null,"code":null}}`, "", 2},
+		{"a numeric 5xx code is retried", `{"error":{"message":"Provider returned error","code":502}}`, "", 2},
+		{"a rate limit is retried", `{"error":{"message":"Rate limit reached","type":"rate_limit_exceeded","code":"rate_limit_exceeded"}}`, "", 2},
+		{"a bad request is not retried", `{"error":{"object":"error","message":"This model's maximum context length is 4096 tokens","type":"BadRequestError","code":400}}`, "the LLM reported an error in its stream (HTTP 400) after 1 attempt", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := llmtest.New(t, llmtest.Turn{SSE: sse(tt.event, "[DONE]")}, ok)
+			onDelta, _ := collect(t)
+			resp, err := New(testConfig(srv.BaseURL())).Chat(context.Background(), chatRequest(), onDelta)
+			if got := len(srv.Requests()); got != tt.wantAttempt {
+				t.Errorf("server saw %d requests, want %d", got, tt.wantAttempt)
+			}
+			if tt.wantErr == "" {
+				if err != nil || resp.Content != "ok" {
+					t.Fatalf("Chat = %+v, %v; want ok after a retry", resp, err)
+				}
+				return
+			}
+			var pe *loop.ProviderError
+			if !errors.As(err, &pe) || pe.Summary != tt.wantErr {
+				t.Fatalf("Chat error %v, want a ProviderError saying %q", err, tt.wantErr)
+			}
+		})
+	}
+}

@@ -47,6 +47,10 @@ type Turn struct {
 	PromptTokens, CompletionTokens int
 	// Model reported in the chunks; default the requested model.
 	Model string
+	// SSE, when set, is the whole streamed response body, sent as it is in pieces of a
+	// few bytes, each flushed, so that lines arrive split across reads: for the ways
+	// real servers stream that the scripted chunks do not cover.
+	SSE string
 }
 
 // Call is a scripted tool call.
@@ -366,6 +370,10 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, req *Request, t
 		writeCompletion(w, model, turn, finish, prompt, completion)
 		return
 	}
+	if turn.SSE != "" {
+		writeSSE(w, turn.SSE)
+		return
+	}
 
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -436,6 +444,21 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, req *Request, t
 	}
 	if _, err := fmt.Fprint(w, "data: [DONE]\n\n"); err == nil && flusher != nil {
 		flusher.Flush()
+	}
+}
+
+// writeSSE sends body as a text/event-stream in pieces of 7 bytes.
+func writeSSE(w http.ResponseWriter, body string) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	for i := 0; i < len(body); i += 7 {
+		if _, err := fmt.Fprint(w, body[i:min(i+7, len(body))]); err != nil {
+			return
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
 	}
 }
 
