@@ -2,6 +2,8 @@ package meili_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -113,5 +115,55 @@ func TestConcurrentSearchesKeepTheirConnections(t *testing.T) {
 	// transport dialling while another connection frees up.
 	if conns > 2*concurrent {
 		t.Errorf("%d rounds of %d concurrent searches opened %d connections, want at most %d: idle connections are not kept", rounds, concurrent, conns, 2*concurrent)
+	}
+}
+
+// TestASearchTheCallerGivesUpOnFailsWithTheContextsError: the library's errors do not
+// unwrap to their cause, so a search cut short by the caller's deadline or cancellation
+// while Meilisearch was answering was no context error to errors.Is: the gRPC edge
+// answered INTERNAL and logged a failure for a caller that had given up, where it
+// answers DEADLINE_EXCEEDED or CANCELLED for the embedded engine.
+func TestASearchTheCallerGivesUpOnFailsWithTheContextsError(t *testing.T) {
+	srv := meilitest.New(t, key)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && (r.URL.Path == "/indexes/quarry_kb/search" || r.URL.Path == "/multi-search") {
+			// Answers no search before the caller gives up. The body is read first: the
+			// server notices a closed connection only once it has.
+			_, _ = io.Copy(io.Discard, r.Body)
+			<-r.Context().Done()
+			return
+		}
+		srv.Config.Handler.ServeHTTP(w, r)
+	}))
+	defer slow.Close()
+	ix := open(t, slow.URL, key, "kb", enginetest.Docs())
+	defer ix.Close()
+	tests := []struct {
+		name  string
+		ctx   func() (context.Context, context.CancelFunc)
+		terms []string
+		want  error
+	}{
+		{"deadline, one request", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 50*time.Millisecond)
+		}, []string{"vault"}, context.DeadlineExceeded},
+		{"deadline, a multi-search", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 50*time.Millisecond)
+		}, []string{"vault", "pgbouncer"}, context.DeadlineExceeded},
+		{"cancelled", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(50*time.Millisecond, cancel)
+			return ctx, cancel
+		}, []string{"vault"}, context.Canceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := tt.ctx()
+			defer cancel()
+			_, err := ix.Search(ctx, engine.Query{Terms: tt.terms})
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("Search = %v, want an error that is %v", err, tt.want)
+			}
+		})
 	}
 }

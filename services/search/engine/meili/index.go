@@ -594,7 +594,7 @@ func (ix *Index) run(ctx context.Context, reqs []*meilisearch.SearchRequest) ([]
 		r.IndexUID = ""
 		res, err := ix.index.SearchWithContext(ctx, r.Query, &r)
 		if err != nil {
-			return nil, fmt.Errorf("meilisearch search %s: %w", ix.uid, err)
+			return nil, ix.searchError(ctx, "search", err)
 		}
 		hits, err := decodeHits(res.Hits)
 		if err != nil {
@@ -605,7 +605,7 @@ func (ix *Index) run(ctx context.Context, reqs []*meilisearch.SearchRequest) ([]
 	}
 	res, err := ix.client.MultiSearchWithContext(ctx, &meilisearch.MultiSearchRequest{Queries: reqs})
 	if err != nil {
-		return nil, fmt.Errorf("meilisearch multi-search %s: %w", ix.uid, err)
+		return nil, ix.searchError(ctx, "multi-search", err)
 	}
 	if len(res.Results) != len(reqs) {
 		return nil, fmt.Errorf("meilisearch multi-search %s: %d results for %d queries", ix.uid, len(res.Results), len(reqs))
@@ -618,6 +618,17 @@ func (ix *Index) run(ctx context.Context, reqs []*meilisearch.SearchRequest) ([]
 		out[i] = hits
 	}
 	return out, nil
+}
+
+// searchError wraps a failed search request. The library's errors do not unwrap to their
+// cause, so when the caller's context ended while Meilisearch answered, the context's
+// error is wrapped as well: callers tell a deadline or a cancellation from a failure by
+// errors.Is (the gRPC edge answers DEADLINE_EXCEEDED or CANCELLED, not INTERNAL).
+func (ix *Index) searchError(ctx context.Context, what string, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("meilisearch %s %s: %w: %w", what, ix.uid, cerr, err)
+	}
+	return fmt.Errorf("meilisearch %s %s: %w", what, ix.uid, err)
 }
 
 // word is one query word: its stem and how it is written in a Meilisearch query.
