@@ -105,11 +105,14 @@ func OutOfDomain(query string) string {
 // Extractive returns the degraded answer for a question routed to an LLM when no LLM can
 // answer: a banner with the reason, the best passage of each of the top results (at most
 // three; excerpt picks it, nil for Excerpt with the default size), their sources and the
-// query words none of them contains (contains as for Gaps). Every sentence after the
-// banner is quoted from the knowledge base.
-func Extractive(query string, results []rank.Result, excerpt func(*tree.Document) string,
+// search words none of them contains (contains as for Gaps). words are the question's
+// search words as the caller read them (see TermGaps); nil takes the query's words, stop
+// words dropped. Every sentence after the banner is quoted from the knowledge base.
+func Extractive(query string, words []string, results []rank.Result, excerpt func(*tree.Document) string,
 	contains func(path, stem string) bool, reason string) string {
-	words := searchWords(query)
+	if words == nil {
+		words = searchWords(query)
+	}
 	if excerpt == nil {
 		size := DefaultConfig().ExcerptChars
 		excerpt = func(d *tree.Document) string { return Excerpt(d.Content, words, size) }
@@ -142,7 +145,7 @@ func Extractive(query string, results []rank.Result, excerpt func(*tree.Document
 		}
 	}
 	writeSources(&b, docs)
-	writeGaps(&b, Gaps(query, docs, contains))
+	writeGaps(&b, TermGaps(words, docs, contains))
 	return b.String()
 }
 
@@ -150,6 +153,14 @@ func Extractive(query string, results []rank.Result, excerpt func(*tree.Document
 // contains, in query order: what the answer does not cover. contains reports whether a
 // document holds a stem (rank.Corpus.Contains); nil stems the documents' text instead.
 func Gaps(query string, docs []*tree.Document, contains func(path, stem string) bool) []string {
+	return TermGaps(searchWords(query), docs, contains)
+}
+
+// TermGaps is Gaps of a question's search words as the caller read them. A resolver
+// sets aside the words of a question that name no topic (an opener, a greeting,
+// politeness, a scope, the user's data); listed as gaps, they would tell the reader that
+// the knowledge base lacks "thanks" or "someone".
+func TermGaps(words []string, docs []*tree.Document, contains func(path, stem string) bool) []string {
 	if contains == nil {
 		stems := make(map[string]map[string]struct{}, len(docs))
 		for _, d := range docs {
@@ -166,7 +177,10 @@ func Gaps(query string, docs []*tree.Document, contains func(path, stem string) 
 	}
 	var gaps []string
 	seen := map[string]struct{}{}
-	for _, w := range searchWords(query) {
+	for _, w := range words {
+		if text.IsStopWord(w) {
+			continue
+		}
 		s := text.Stem(w)
 		if _, dup := seen[s]; dup {
 			continue

@@ -119,7 +119,7 @@ type query struct {
 	// names are the words the question writes like names (lexicon.Names).
 	names map[string]bool
 	// oodWords and oodTerms are words and terms with the typos of gate OODTypos
-	// corrected, for the out-of-domain rules.
+	// corrected, for the out-of-domain rules and the answer's gaps.
 	oodWords, oodTerms []string
 	// literals are the words the question quotes as data (lexicon.Literals).
 	literals map[string]bool
@@ -318,11 +318,13 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 	}
 	switch dec.Route {
 	case gate.Direct:
-		res.Answer = answer.Direct(q, docs, answer.Gaps(q, docs, k.Corpus.Contains), r.cfg.Answer)
+		// Gaps of the words parsed, not of q: the words parse set aside (an opener,
+		// politeness, the scope, the user's data) name nothing the answer could cover.
+		res.Answer = answer.Direct(q, docs, answer.TermGaps(pq.oodTerms, docs, k.Corpus.Contains), r.cfg.Answer)
 	default:
 		res.Prefetched = docs
 		res.FallbackDegraded = true
-		res.Answer = answer.Extractive(q, ranked, func(d *tree.Document) string { return res.Excerpts[d.Path] }, k.Corpus.Contains,
+		res.Answer = answer.Extractive(q, pq.oodTerms, ranked, func(d *tree.Document) string { return res.Excerpts[d.Path] }, k.Corpus.Contains,
 			"no LLM answered; these are the passages of the knowledge base that best match the question")
 	}
 	clock.stage(&res.Stages, "answer", fmt.Sprintf("%d documents", len(docs)), nil)

@@ -852,6 +852,56 @@ func TestWordsThatNameNothingKeepTheRoute(t *testing.T) {
 	}
 }
 
+// The words the resolver reads as naming nothing (an opener, a greeting, an apology,
+// politeness, a closing request) are no gaps of the answer either: before, "Can someone
+// tell me how do I rotate the JWT signing key. Thanks in advance!" was answered directly
+// with "No answering document mentions: someone, tell, thanks, advance".
+func TestWordsThatNameNothingAreNoGaps(t *testing.T) {
+	f := newFixture(t, false)
+	questions := []string{
+		"How do I rotate the JWT signing key?", // direct
+		"How do I log a user out of every session after their laptop was stolen?",
+		"What should we do about the flaky integration tests?", // an extractive fallback
+	}
+	variants := []struct{ name, prefix, suffix string }{
+		{"a request to be told, thanks in advance", "Can someone tell me ", ". Thanks in advance!"},
+		{"a greeting, a call for help", "Hey team, ", " pls help"},
+		{"an apology", "Sorry if this is a dumb question, but ", ""},
+		{"a request to explain in detail", "Explain ", " in detail"},
+		{"politeness", "", " please"},
+		{"urgency", "", " asap"},
+		{"thanks", "", " TIA"},
+	}
+	gaps := func(answer string) string {
+		i := strings.Index(answer, "## Gaps\n")
+		if i < 0 {
+			t.Fatalf("answer without gaps:\n%s", answer)
+		}
+		return answer[i:]
+	}
+	for _, q := range questions {
+		base := f.resolve(t, platform, q)
+		if base.Route == gate.OutOfDomain {
+			t.Fatalf("precondition: %q is out of domain", q)
+		}
+		for _, v := range variants {
+			t.Run(v.name+"/"+q, func(t *testing.T) {
+				vq := v.prefix + strings.TrimSuffix(q, "?") + v.suffix
+				if v.prefix != "" {
+					vq = v.prefix + strings.ToLower(q[:1]) + strings.TrimSuffix(q[1:], "?") + v.suffix
+				}
+				r := f.resolve(t, platform, vq)
+				if r.Route != base.Route {
+					t.Fatalf("precondition: %q routes %v, without the added words %v", vq, r.Route, base.Route)
+				}
+				if got, want := gaps(r.Answer), gaps(base.Answer); got != want {
+					t.Errorf("%q (%v): %q, want as without the added words %q", vq, r.Route, got, want)
+				}
+			})
+		}
+	}
+}
+
 // The user's data after an out-of-domain question ("... (#4711)?", "... in v9?") keeps it
 // out of domain: before, the number ended the question's last noun phrase, hiding the
 // subject the KB never mentions, and failed the all-terms search.
