@@ -145,7 +145,8 @@ func (s *Knowledge) ReadArchivedFile(ctx context.Context, req *quarryv1.ReadArch
 // SuggestArchive lists archive candidates.
 func (s *Knowledge) SuggestArchive(ctx context.Context, req *quarryv1.SuggestArchiveRequest) (*quarryv1.SuggestArchiveResponse, error) {
 	below := req.GetBelowImportance()
-	if below < 0 || below > 100 {
+	// Written so that NaN fails too: it compares false with both bounds.
+	if !(below >= 0 && below <= 100) {
 		return nil, status.Errorf(codes.InvalidArgument, "below_importance must be in [0,100], got %v", below)
 	}
 	limit := int(req.GetLimit())

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -505,6 +506,32 @@ func TestSuggestArchiveListsFilesBelowTheThreshold(t *testing.T) {
 	}
 	if c := all.GetCandidates(); len(c) != 2 || c[0].GetImportance() > c[1].GetImportance() {
 		t.Errorf("candidates below 100, limit 2 = %v, want the 2 least important, ascending", c)
+	}
+}
+
+// A threshold or limit out of range is INVALID_ARGUMENT. NaN compared false with both
+// bounds, so it passed the check and listed nothing, as if no file were unimportant.
+func TestSuggestArchiveRefusesAThresholdOutOfRange(t *testing.T) {
+	f := startWrite(t, nil)
+	tests := []struct {
+		name  string
+		below float64
+		limit int32
+	}{
+		{"a negative threshold", -1, 0},
+		{"a threshold over 100", 101, 0},
+		{"NaN", math.NaN(), 0},
+		{"infinity", math.Inf(1), 0},
+		{"a negative limit", 50, -1},
+		{"a limit over 10000", 50, 10001},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := f.know.SuggestArchive(callCtx(t), &quarryv1.SuggestArchiveRequest{KnowledgeBase: team, BelowImportance: tt.below, Limit: tt.limit})
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("SuggestArchive(below %v, limit %d) = %v, %v; want INVALID_ARGUMENT", tt.below, tt.limit, resp.GetCandidates(), err)
+			}
+		})
 	}
 }
 
