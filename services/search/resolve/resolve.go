@@ -141,6 +141,12 @@ func (r *Resolver) parse(k *kb.KB, q, scope string) (query, error) {
 		}
 		scope = clean
 	}
+	// The engine's scope filter is exact, and ParseScope matched only the domain in any
+	// case: "Auth/JWT" would find nothing under "auth/jwt", and the question would be
+	// called out of domain.
+	if f, ok := k.Tree.Folder(scope); ok {
+		scope = f
+	}
 	// A closer before and after the courtesy words go: "... pls help" and "... in
 	// detail please" both end in one.
 	words := text.Words(q)[lexicon.Opener(q):]

@@ -171,6 +171,7 @@ func TestPathScopedQuerySearchesOnlyUnderItsFolder(t *testing.T) {
 		{"domain name scopes to the domain", "deploy rollback", "deploy", "rollback", false},
 		{"domain name in another case scopes to the domain", "Deploy rollback", "deploy", "rollback", false},
 		{"folder path with a trailing slash", "auth/jwt/ refresh token", "auth/jwt", "refresh token", false},
+		{"folder path in another case scopes to the folder", "Auth/JWT refresh token rotation", "auth/jwt", "refresh token rotation", false},
 		{"folder path excludes a better match elsewhere", "deploy/kubernetes rollback", "deploy/kubernetes", "rollback", true},
 		{"domain name excludes a better match in another domain", "data retention", "data", "retention", true},
 	}

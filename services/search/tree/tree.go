@@ -154,6 +154,38 @@ func (t *Tree) List(folder string) ([]Entry, error) {
 	return out, nil
 }
 
+// Folder returns the folder p names (clean, "" for the root), matched segment by
+// segment as written or else ignoring case: users type "Auth/JWT" for the folder
+// "auth/jwt", while a folder spelled "JWT" must still match itself. ok is false when no
+// folder matches.
+func (t *Tree) Folder(p string) (folder string, ok bool) {
+	if p == "" {
+		return "", true
+	}
+	cur := ""
+	for seg := range strings.SplitSeq(p, "/") {
+		want := seg
+		if cur != "" {
+			want = cur + "/" + seg
+		}
+		next := ""
+		for _, sub := range t.folders[cur].subfolders {
+			if sub == want {
+				next = sub
+				break
+			}
+			if next == "" && strings.EqualFold(sub, want) {
+				next = sub
+			}
+		}
+		if next == "" {
+			return "", false
+		}
+		cur = next
+	}
+	return cur, true
+}
+
 // Domains returns the top-level folders, sorted; folders starting with "_" (such as
 // _archived) hold structure, not a domain.
 func (t *Tree) Domains() []string {

@@ -45,3 +45,32 @@ func TestEmptyTree(t *testing.T) {
 		t.Errorf("List(root) = %v, %v; want no entries and no error", entries, err)
 	}
 }
+
+func TestFolderMatchesAsWrittenThenIgnoringCase(t *testing.T) {
+	tr := New("mem", []*Document{
+		{Path: "auth/jwt/rotation.md"},
+		{Path: "auth/JWT/legacy.md"}, // a folder spelled "JWT" beside "jwt" matches itself
+		{Path: "ops/Runbooks/db.md"},
+		{Path: "ops/deploy.md"},
+	})
+	tests := []struct {
+		in, want string
+		ok       bool
+	}{
+		{"", "", true},
+		{"auth/jwt", "auth/jwt", true},
+		{"auth/JWT", "auth/JWT", true},
+		{"Auth/Jwt", "auth/JWT", true}, // no exact match: the first in sorted order
+		{"OPS/runbooks", "ops/Runbooks", true},
+		{"ops", "ops", true},
+		{"ops/deploy.md", "", false}, // a document, not a folder
+		{"ops/runbooks/db", "", false},
+		{"billing", "", false},
+	}
+	for _, tt := range tests {
+		got, ok := tr.Folder(tt.in)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("Folder(%q) = %q, %v; want %q, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
