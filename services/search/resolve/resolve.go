@@ -131,8 +131,10 @@ type query struct {
 // 64 KiB request of distinct words took seconds in the engine alone.
 const MaxQueryWords = 128
 
-func (r *Resolver) parse(k *kb.KB, q, scope string) (query, error) {
-	if scope == "" {
+// parse reads a question: its scope (an explicit one, or with selfScope and none given,
+// the one its first word names), words, terms and names.
+func (r *Resolver) parse(k *kb.KB, q, scope string, selfScope bool) (query, error) {
+	if scope == "" && selfScope {
 		scope, q = tree.ParseScope(q, k.Tree.Domains())
 	} else {
 		clean, err := tree.CleanPath(scope)
@@ -239,7 +241,7 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 	defer annotate(span, kbID, res)
 	clock := newClock(ctx)
 
-	pq, err := r.parse(k, q, "")
+	pq, err := r.parse(k, q, "", true)
 	if err != nil {
 		return nil, err
 	}
@@ -338,13 +340,16 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 }
 
 // Search returns ranked results for a query under an explicit scope (the agent's
-// search tool). An empty scope lets the query scope itself as in Resolve.
+// search tool), "" for the whole knowledge base. The query is searched as written: a
+// first word naming a domain does not scope it, as it does a question to Resolve. The
+// API and the tool's description promise that, and a caller that wants a scope has a
+// field for it.
 func (r *Resolver) Search(ctx context.Context, kbID, q, scope string, limit int) (*kb.KB, []rank.Result, error) {
 	k, err := r.reg.Get(kbID)
 	if err != nil {
 		return nil, nil, err
 	}
-	pq, err := r.parse(k, q, scope)
+	pq, err := r.parse(k, q, scope, false)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -757,6 +757,27 @@ func TestSearchWithAnExplicitScopeSearchesOnlyUnderIt(t *testing.T) {
 	}
 }
 
+// Search with no scope searches the query as written (the API's promise, and the agent
+// tool's "omit to search everything"); Resolve scopes the same words to the domain.
+func TestSearchWithoutAScopeIsNotScopedByItsFirstWord(t *testing.T) {
+	f := newFixture(t, false)
+	const q, domain = "data retention", "data"
+	if r := f.resolve(t, platform, q); r.Trace.Scope != domain {
+		t.Fatalf("precondition: Resolve scoped %q to %q, want %q", q, r.Trace.Scope, domain)
+	}
+	_, rs, err := f.res.Search(context.Background(), platform, q, "", 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(rs, func(x rank.Result) bool { return !strings.HasPrefix(x.Doc.Path, domain+"/") }) {
+		paths := make([]string, len(rs))
+		for i, x := range rs {
+			paths[i] = x.Doc.Path
+		}
+		t.Errorf("Search(%q, no scope) found only %v: scoped to %s/ by its first word", q, paths, domain)
+	}
+}
+
 func TestSearchReturnsAtMostLimitResultsInRankOrder(t *testing.T) {
 	f := newFixture(t, false)
 	ctx := context.Background()
