@@ -309,10 +309,12 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 	res.Route = dec.Route
 	clock.stage(&res.Stages, "gate", dec.Reason, func() []attribute.KeyValue { return gateAttrs(ranked, allTerms, dec) })
 
-	k.Signals.RecordHits(paths(ranked))
 	if len(ranked) > r.cfg.MaxSources {
 		ranked = ranked[:r.cfg.MaxSources]
 	}
+	// A hit is a document the search returned (SPEC: +3 each time), not one ranked below
+	// the sources: those would gain importance for answers that never showed them.
+	k.Signals.RecordHits(paths(ranked))
 	res.Results = ranked
 	res.Excerpts = make(map[string]string, len(ranked))
 	for _, rr := range ranked {

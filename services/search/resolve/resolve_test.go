@@ -778,6 +778,37 @@ func TestSearchWithoutAScopeIsNotScopedByItsFirstWord(t *testing.T) {
 	}
 }
 
+// A document gains importance when the search returns it: those ranked below
+// -max-sources are not returned and gain nothing.
+func TestOnlyReturnedSourcesGainImportance(t *testing.T) {
+	f := newFixture(t, false)
+	cfg := f.cfg
+	cfg.MaxSources = 1
+	res := resolve.New(cfg, f.reg, func() time.Time { return now })
+	wide := f.resolve(t, platform, "rollback")
+	if len(wide.Results) < 2 {
+		t.Fatalf("precondition: %d results for rollback, want at least 2", len(wide.Results))
+	}
+	k := f.kb(t, platform)
+	k.Signals.Flush() // the hits of the wide resolve
+	before := map[string]float64{}
+	for _, p := range resultPaths(wide) {
+		before[p] = k.Signals.Get(p).Importance
+	}
+	r, err := res.Resolve(context.Background(), platform, "rollback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Signals.Flush()
+	for _, p := range resultPaths(wide) {
+		gained := k.Signals.Get(p).Importance - before[p]
+		returned := slices.Contains(resultPaths(r), p)
+		if returned != (gained > 0) {
+			t.Errorf("%s: returned %v, importance gained %.2f", p, returned, gained)
+		}
+	}
+}
+
 func TestSearchReturnsAtMostLimitResultsInRankOrder(t *testing.T) {
 	f := newFixture(t, false)
 	ctx := context.Background()
