@@ -96,7 +96,8 @@ type ResolveResponse struct {
 	Answer string `protobuf:"bytes,2,opt,name=answer,proto3" json:"answer,omitempty"`
 	// True when answer is an extractive fallback for an LLM route.
 	FallbackDegraded bool `protobuf:"varint,3,opt,name=fallback_degraded,json=fallbackDegraded,proto3" json:"fallback_degraded,omitempty"`
-	// Ranked sources after the gap filter, best first (for DIRECT, those in the answer);
+	// Ranked sources after the gap filter, best first (for DIRECT, the documents the answer
+	// quotes come first, then what else the search found above the gap);
 	// at most 10 by default (-max-sources).
 	Sources []*Source `protobuf:"bytes,4,rep,name=sources,proto3" json:"sources,omitempty"`
 	// For the LLM routes: the documents to embed in the prompt (relevance >= 0.7, at most 5

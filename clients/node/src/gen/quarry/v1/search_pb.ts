@@ -79,7 +79,8 @@ export type ResolveResponse = Message<"quarry.v1.ResolveResponse"> & {
   fallbackDegraded: boolean;
 
   /**
-   * Ranked sources after the gap filter, best first (for DIRECT, those in the answer);
+   * Ranked sources after the gap filter, best first (for DIRECT, the documents the answer
+   * quotes come first, then what else the search found above the gap);
    * at most 10 by default (-max-sources).
    *
    * @generated from field: repeated quarry.v1.Source sources = 4;
