@@ -302,6 +302,13 @@ func (c *call) fuzzy(ctx context.Context, spec *speculation) *quarryv1.QueryResp
 		return nil
 	}
 
+	// A negation is a stop word or a qualifier ("not", "without"), so a question and its
+	// negation have the same tokens, or differ by an added word, and the search ranks
+	// the same document first for both: only the words themselves tell them apart.
+	if negations(cand.Query) != negations(c.norm) {
+		c.reject(ctx, rejectNegation, "one question negates what the other asks")
+		return nil
+	}
 	// (a) The same stems ask the same thing in other words: serve at once, unless a
 	// one-digit number was replaced (tokens leave those out, see contentWord), which the
 	// search must judge like any other replaced word.
@@ -385,6 +392,27 @@ func agrees(query, candidate string, candidateKey uint64, cached *quarryv1.Query
 			strings.Join(gone, ","), strings.Join(came, ","))
 	}
 	return true, "", fmt.Sprintf("search agrees: %s from %s", route, fresh)
+}
+
+// negationWords are the words that turn a question into its opposite, as text.Words
+// writes them (apostrophes dropped: "can't" is "cant").
+var negationWords = map[string]bool{
+	"not": true, "no": true, "never": true, "without": true, "nor": true, "neither": true,
+	"none": true, "nothing": true, "cannot": true, "cant": true, "dont": true, "doesnt": true,
+	"didnt": true, "isnt": true, "arent": true, "wasnt": true, "werent": true, "wont": true,
+	"wouldnt": true, "shouldnt": true, "couldnt": true, "hasnt": true, "havent": true,
+	"hadnt": true, "mustnt": true, "neednt": true,
+}
+
+// negations counts the negating words of a question.
+func negations(q string) int {
+	n := 0
+	for _, w := range text.Words(q) {
+		if negationWords[w] {
+			n++
+		}
+	}
+	return n
 }
 
 // replaced reports whether to asks about something else than from: a content word of

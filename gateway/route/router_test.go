@@ -372,6 +372,13 @@ func TestFuzzyCache(t *testing.T) {
 			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "replaced by", rejectWordReplaced},
 		{"the same one-digit number in other words is served at once", "How do I rotate keys on node 3?", "rotate the keys on node 3",
 			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "same stems", ""},
+		// "not" is a stop word: the two have the same tokens.
+		{"a candidate that the question negates is rejected (not)", "why do the keys rotate?", "why do the keys not rotate?",
+			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "negates", rejectNegation},
+		{"a candidate the question negates with an added word is rejected (with vs without)", "rotate keys with downtime", "rotate keys without downtime",
+			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "negates", rejectNegation},
+		{"the same negation in other words is served at once", "why don't the keys rotate?", "the keys dont rotate, why",
+			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "same stems", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -381,7 +388,7 @@ func TestFuzzyCache(t *testing.T) {
 			before := rejects(t, reader)
 			resp := h.query(c.query)
 			after := rejects(t, reader)
-			for _, r := range []string{rejectTopSource, rejectRoute, rejectWordReplaced} {
+			for _, r := range []string{rejectTopSource, rejectRoute, rejectWordReplaced, rejectNegation} {
 				want := int64(0)
 				if r == c.reject {
 					want = 1

@@ -35,6 +35,7 @@ const (
 	rejectRoute        = "route_differs"
 	rejectTopSource    = "top_source_differs"
 	rejectWordReplaced = "word_replaced"
+	rejectNegation     = "negation_differs"
 )
 
 func newInstruments() *instruments {
@@ -49,7 +50,7 @@ func newInstruments() *instruments {
 		metric.WithDescription("Fuzzy cache candidates the fresh search did not confirm, by reason; the question was answered afresh"),
 		metric.WithUnit("{candidate}"))
 	reasons := map[string][]metric.AddOption{}
-	for _, r := range []string{rejectUnreadable, rejectSearchFailed, rejectGeneration, rejectRoute, rejectTopSource, rejectWordReplaced} {
+	for _, r := range []string{rejectUnreadable, rejectSearchFailed, rejectGeneration, rejectRoute, rejectTopSource, rejectWordReplaced, rejectNegation} {
 		reasons[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("quarry.reason", r)))}
 	}
 	return &instruments{queries: q, latency: l, rejects: rj, reasons: reasons}
