@@ -409,6 +409,45 @@ func TestFuzzyCache(t *testing.T) {
 	}
 }
 
+// TestOnlyAFailedSearchIsASearchFailedReject: a fuzzy candidate the search could not
+// verify is counted as search_failed only when the search failed; a caller that gave
+// up, or a knowledge base the search does not know, ends the query itself.
+func TestOnlyAFailedSearchIsASearchFailedReject(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		fail    func(ctx context.Context) error
+		timeout time.Duration
+		counted bool
+	}{
+		{"the search is down", func(context.Context) error { return errors.New("connection refused") }, 0, true},
+		{"the search does not know the knowledge base", func(context.Context) error { return fmt.Errorf("%w %q", ErrUnknownKB, "kb") }, 0, false},
+		{"the caller gave up", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, 50 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reader := telemetrytest.Metrics()
+			h := newHarness(t, nil)
+			h.query("How do I rotate signing keys?")
+			h.res.set(func(ctx context.Context, _ *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error) {
+				return nil, tc.fail(ctx)
+			})
+			before := rejects(t, reader)
+			ctx := context.Background()
+			if tc.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.timeout)
+				defer cancel()
+			}
+			if _, err := h.router.Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "rotate signing keys now", Explain: true}, nil); err == nil {
+				t.Fatal("the query succeeded with no search to verify its fuzzy candidate")
+			}
+			want := map[bool]int64{true: 1, false: 0}[tc.counted]
+			if got := rejects(t, reader)[rejectSearchFailed] - before[rejectSearchFailed]; got != want {
+				t.Errorf("quarry.gateway.fuzzy.rejects{quarry.reason=search_failed} rose by %d, want %d", got, want)
+			}
+		})
+	}
+}
+
 // rejects reads the fuzzy rejects counter by reason.
 func rejects(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
 	t.Helper()
