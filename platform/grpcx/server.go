@@ -110,6 +110,9 @@ type Server struct {
 	// draining is closed when Serve starts to drain, so never-ending streams (watches)
 	// can end instead of holding GracefulStop until the drain timeout.
 	draining chan struct{}
+	// stopping is closed after the drain's grace, as GracefulStop begins: health
+	// watches end then, once their watchers have had the grace to see NOT_SERVING.
+	stopping chan struct{}
 	// health serves the health service alone on its own listener (HealthOn).
 	health    *grpc.Server
 	healthLis net.Listener
@@ -125,7 +128,7 @@ func (s *Server) HealthOn(addr string) (net.Addr, error) {
 		return nil, fmt.Errorf("health listen %s: %w", addr, err)
 	}
 	s.health = grpc.NewServer()
-	healthpb.RegisterHealthServer(s.health, s.Health)
+	healthpb.RegisterHealthServer(s.health, endingHealth{s.Health, s.stopping})
 	s.healthLis = lis
 	return lis.Addr(), nil
 }
@@ -168,11 +171,46 @@ func NewServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
 		log:      log,
 		drain:    DefaultDrain,
 		draining: make(chan struct{}),
+		stopping: make(chan struct{}),
 	}
-	healthpb.RegisterHealthServer(s.Server, s.Health)
+	healthpb.RegisterHealthServer(s.Server, endingHealth{s.Health, s.stopping})
 	reflection.Register(s.Server)
 	return s
 }
+
+// endingHealth is the health service whose Watch streams end when the server stops.
+// A watcher is told NOT_SERVING as the drain begins, but its stream stays open for as
+// long as the watcher keeps it, and GracefulStop waits for every stream: one watcher
+// (grpc-health-probe -watch, a proxy) held each shutdown until -drain-timeout.
+type endingHealth struct {
+	*health.Server
+	stopping <-chan struct{}
+}
+
+func (h endingHealth) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-h.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := h.Server.Watch(req, watchStream{stream, ctx})
+	if stream.Context().Err() == nil && ctx.Err() != nil {
+		return status.Error(codes.Unavailable, "the server is shutting down")
+	}
+	return err
+}
+
+// watchStream is a Watch stream with the context endingHealth ends.
+type watchStream struct {
+	healthpb.Health_WatchServer
+	ctx context.Context
+}
+
+func (s watchStream) Context() context.Context { return s.ctx }
 
 // streamWorkers is how many goroutines serve calls, reused from call to call. A call
 // served on a new goroutine starts on a small stack that grows, copied each time, as
@@ -231,6 +269,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	if s.drain.Grace > 0 {
 		time.Sleep(s.drain.Grace)
 	}
+	close(s.stopping)
 	stopped := make(chan struct{})
 	go func() { s.Server.GracefulStop(); close(stopped) }()
 	t := time.NewTimer(s.drain.Timeout)

@@ -110,3 +110,37 @@ func TestStopBeforeServeReleasesTheHealthPort(t *testing.T) {
 		}
 	}
 }
+
+// A health watcher is told NOT_SERVING when the drain begins, and its stream ends when
+// the server stops: before, it held GracefulStop until the drain timeout.
+func TestAHealthWatchDoesNotHoldTheDrain(t *testing.T) {
+	s := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	const timeout = 5 * time.Second
+	s.SetDrain(DrainConfig{Grace: 100 * time.Millisecond, Timeout: timeout})
+	s.SetServing()
+	conn, stop := serveAndDial(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+	defer cancel()
+	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := w.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first watch update %v, %v; want SERVING", r.GetStatus(), err)
+	}
+	began := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	if r, err := w.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("watch update on drain %v, %v; want NOT_SERVING", r.GetStatus(), err)
+	}
+	if _, err := w.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("the watch ended with %v, want Unavailable", err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took >= timeout {
+		t.Errorf("Serve took %v to drain with a health watcher, the whole -drain-timeout", took)
+	}
+}
