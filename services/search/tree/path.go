@@ -117,7 +117,8 @@ func looksLikePath(p string) bool {
 		return false
 	}
 	for _, seg := range strings.Split(p, "/") {
-		if seg == "" || seg == "." || seg == ".." {
+		// A name longer than a file system allows (CleanPath refuses it) names no folder.
+		if seg == "" || seg == "." || seg == ".." || len(seg) > kbpath.MaxSegmentBytes {
 			return false
 		}
 		for i := 0; i < len(seg); i++ {

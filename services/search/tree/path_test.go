@@ -108,6 +108,7 @@ func TestParseScope(t *testing.T) {
 		{"a path with only space after it is not a scope", "auth/jwt   ", "", "auth/jwt   "},
 		{"a domain word later in the query does not scope", "refresh auth tokens", "", "refresh auth tokens"},
 		{"an empty query", "", "", ""},
+		{"a segment longer than a file name can be does not scope", "auth/" + strings.Repeat("0", 256) + " x", "", "auth/" + strings.Repeat("0", 256) + " x"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
