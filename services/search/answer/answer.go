@@ -105,14 +105,10 @@ func OutOfDomain(query string) string {
 // Extractive returns the degraded answer for a question routed to an LLM when no LLM can
 // answer: a banner with the reason, the best passage of each of the top results (at most
 // three; excerpt picks it, nil for Excerpt with the default size), their sources and the
-// search words none of them contains (contains as for Gaps). words are the question's
-// search words as the caller read them (see TermGaps); nil takes the query's words, stop
-// words dropped. Every sentence after the banner is quoted from the knowledge base.
+// search words none of them contains (words and contains as for Gaps). Every sentence
+// after the banner is quoted from the knowledge base.
 func Extractive(query string, words []string, results []rank.Result, excerpt func(*tree.Document) string,
 	contains func(path, stem string) bool, reason string) string {
-	if words == nil {
-		words = searchWords(query)
-	}
 	if excerpt == nil {
 		size := DefaultConfig().ExcerptChars
 		excerpt = func(d *tree.Document) string { return Excerpt(d.Content, words, size) }
@@ -145,22 +141,17 @@ func Extractive(query string, words []string, results []rank.Result, excerpt fun
 		}
 	}
 	writeSources(&b, docs)
-	writeGaps(&b, TermGaps(words, docs, contains))
+	writeGaps(&b, Gaps(words, docs, contains))
 	return b.String()
 }
 
-// Gaps returns the query's search words (stop words dropped) whose stem none of docs
-// contains, in query order: what the answer does not cover. contains reports whether a
+// Gaps returns the question's search words whose stem none of docs contains, in
+// question order: what the answer does not cover. words are the search words as the
+// caller read them: a resolver sets aside the words that name no topic (an opener, a
+// greeting, politeness, a scope, the user's data), which listed here would tell the
+// reader that the knowledge base lacks "thanks" or "someone". contains reports whether a
 // document holds a stem (rank.Corpus.Contains); nil stems the documents' text instead.
-func Gaps(query string, docs []*tree.Document, contains func(path, stem string) bool) []string {
-	return TermGaps(searchWords(query), docs, contains)
-}
-
-// TermGaps is Gaps of a question's search words as the caller read them. A resolver
-// sets aside the words of a question that name no topic (an opener, a greeting,
-// politeness, a scope, the user's data); listed as gaps, they would tell the reader that
-// the knowledge base lacks "thanks" or "someone".
-func TermGaps(words []string, docs []*tree.Document, contains func(path, stem string) bool) []string {
+func Gaps(words []string, docs []*tree.Document, contains func(path, stem string) bool) []string {
 	if contains == nil {
 		stems := make(map[string]map[string]struct{}, len(docs))
 		for _, d := range docs {
@@ -198,16 +189,6 @@ func TermGaps(words []string, docs []*tree.Document, contains func(path, stem st
 		}
 	}
 	return gaps
-}
-
-func searchWords(query string) []string {
-	var out []string
-	for _, w := range text.Words(query) {
-		if !text.IsStopWord(w) {
-			out = append(out, w)
-		}
-	}
-	return out
 }
 
 func writeSources(b *strings.Builder, docs []*tree.Document) {

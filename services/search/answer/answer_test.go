@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/quarry-router/quarry/platform/text"
 	"github.com/quarry-router/quarry/services/search/rank"
 	"github.com/quarry-router/quarry/services/search/tree"
 )
@@ -181,7 +182,7 @@ func TestExtractiveGolden(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Extractive(tc.query, nil, tc.results, tc.excerpt, tc.contains, "no LLM provider configured")
+			got := Extractive(tc.query, searchWords(tc.query), tc.results, tc.excerpt, tc.contains, "no LLM provider configured")
 			if !strings.HasPrefix(got, "> Degraded answer: no LLM provider configured.") {
 				t.Fatalf("no degraded banner:\n%s", got)
 			}
@@ -191,7 +192,7 @@ func TestExtractiveGolden(t *testing.T) {
 }
 
 func TestExtractiveQuotesOnly(t *testing.T) {
-	got := Extractive("refresh", nil, []rank.Result{{Doc: rotation}, {Doc: signing}}, nil, nil, "agent unavailable")
+	got := Extractive("refresh", searchWords("refresh"), []rank.Result{{Doc: rotation}, {Doc: signing}}, nil, nil, "agent unavailable")
 	// Every quoted line must come from a document.
 	for _, l := range strings.Split(got, "\n") {
 		if !strings.HasPrefix(l, "> ") || strings.HasPrefix(l, "> Degraded answer:") {
@@ -219,14 +220,14 @@ func TestGaps(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Gaps(tc.query, docs, nil)
+			got := Gaps(searchWords(tc.query), docs, nil)
 			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
 				t.Fatalf("Gaps(%q) = %v, want %v", tc.query, got, tc.want)
 			}
 		})
 	}
 	t.Run("a contains func is used when given", func(t *testing.T) {
-		got := Gaps("alpha beta", docs, func(_, stem string) bool { return stem == "alpha" })
+		got := Gaps(searchWords("alpha beta"), docs, func(_, stem string) bool { return stem == "alpha" })
 		if strings.Join(got, ",") != "beta" {
 			t.Fatalf("Gaps = %v, want [beta]", got)
 		}
@@ -275,4 +276,16 @@ func TestConfig(t *testing.T) {
 			t.Errorf("Validate with %v = %v, want an error naming %s", bad, err, bad[0])
 		}
 	}
+}
+
+// searchWords reads a question's search words as a caller without a parser would: its
+// words, stop words dropped.
+func searchWords(query string) []string {
+	var out []string
+	for _, w := range text.Words(query) {
+		if !text.IsStopWord(w) {
+			out = append(out, w)
+		}
+	}
+	return out
 }

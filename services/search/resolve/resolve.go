@@ -330,7 +330,7 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 	case gate.Direct:
 		// Gaps of the words parsed, not of q: the words parse set aside (an opener,
 		// politeness, the scope, the user's data) name nothing the answer could cover.
-		res.Answer = answer.Direct(q, docs, answer.TermGaps(pq.oodTerms, docs, k.Corpus.Contains), r.cfg.Answer)
+		res.Answer = answer.Direct(q, docs, answer.Gaps(pq.oodTerms, docs, k.Corpus.Contains), r.cfg.Answer)
 	default:
 		res.Prefetched = docs
 		res.FallbackDegraded = true
