@@ -321,8 +321,8 @@ func (c *call) fuzzy(ctx context.Context, spec *speculation) *quarryv1.QueryResp
 	if err != nil {
 		// A caller that gave up, or a question the search refuses, ends the query with
 		// that error: counted as search_failed, they would hide real search outages.
-		if ctx.Err() != nil || errors.Is(err, ErrUnknownKB) || errors.Is(err, ErrInvalidQuery) {
-			c.fuzzyOutcome("not verified: " + resolveError(ctx, err).Error())
+		if rerr := resolveError(ctx, err); !errors.Is(rerr, ErrUnavailable) {
+			c.fuzzyOutcome("not verified: " + rerr.Error())
 			return nil
 		}
 		c.reject(ctx, rejectSearchFailed, "search failed, cannot verify")
