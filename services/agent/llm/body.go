@@ -54,8 +54,9 @@ type (
 	}
 )
 
-// body returns the JSON request for req.
-func (p *OpenAI) body(req loop.ChatRequest) ([]byte, error) {
+// body returns the JSON request for req; usage asks for token counts in a streamed
+// answer.
+func (p *OpenAI) body(req loop.ChatRequest, usage bool) ([]byte, error) {
 	b := chatBody{Model: p.cfg.Model, Temperature: req.Temperature, Messages: make([]bodyMessage, len(req.Messages))}
 	maxTokens := int64(req.MaxTokens)
 	if p.cfg.MaxTokensField == "max_completion_tokens" {
@@ -64,9 +65,12 @@ func (p *OpenAI) body(req loop.ChatRequest) ([]byte, error) {
 		b.MaxTokens = &maxTokens
 	}
 	if p.cfg.Stream {
-		// Set here as the client would (NewStreaming sets it in the body it is given);
-		// usage comes in a last chunk only when asked for.
-		b.Stream, b.StreamOptions = true, &streamOptions{IncludeUsage: true}
+		// Set here as the client would (NewStreaming sets it in the body it is given).
+		b.Stream = true
+	}
+	if usage {
+		// Usage comes in a last chunk only when asked for.
+		b.StreamOptions = &streamOptions{IncludeUsage: true}
 	}
 	for i, m := range req.Messages {
 		bm := bodyMessage{Role: m.Role}

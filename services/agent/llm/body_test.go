@@ -35,7 +35,7 @@ func TestBodyIsWhatTheClientWouldSend(t *testing.T) {
 				cfg := testConfig("http://127.0.0.1:1/v1")
 				cfg.Stream, cfg.MaxTokensField = stream, field
 				p := New(cfg)
-				ours, err := p.body(req)
+				ours, err := p.body(req, stream)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -89,7 +89,7 @@ func BenchmarkRequestBody(b *testing.B) {
 	b.Run("body", func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			if _, err := p.body(req); err != nil {
+			if _, err := p.body(req, p.cfg.Stream); err != nil {
 				b.Fatal(err)
 			}
 		}

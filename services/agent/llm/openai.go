@@ -9,11 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -30,6 +32,9 @@ type OpenAI struct {
 	client  openai.Client
 	server  []attribute.KeyValue // server.address and port of cfg.BaseURL
 	metrics instruments
+	// noUsage is set once the endpoint has refused stream_options, the field that asks
+	// for token counts in a streamed answer (see refusesStreamOptions).
+	noUsage atomic.Bool
 }
 
 var _ loop.Provider = (*OpenAI)(nil)
@@ -76,7 +81,8 @@ func (p *OpenAI) Chat(ctx context.Context, req loop.ChatRequest, onDelta func(st
 }
 
 func (p *OpenAI) chat(ctx context.Context, req loop.ChatRequest, onDelta func(string) error) (*loop.ChatResponse, error) {
-	body, err := p.body(req)
+	usage := p.cfg.Stream && !p.noUsage.Load()
+	body, err := p.body(req, usage)
 	if err != nil {
 		return nil, &loop.ProviderError{Summary: "the request could not be encoded", Err: err}
 	}
@@ -92,6 +98,18 @@ func (p *OpenAI) chat(ctx context.Context, req loop.ChatRequest, onDelta func(st
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if usage && refusesStreamOptions(err) {
+			// Asked again at once without the field, and never again with it: the
+			// answers still stream, without token counts unless the server sends them.
+			if p.noUsage.CompareAndSwap(false, true) {
+				slog.WarnContext(ctx, "the LLM endpoint refuses stream_options; streamed answers will carry no token counts", "endpoint", redact(p.cfg.BaseURL))
+			}
+			usage = false
+			if body, err = p.body(req, false); err != nil {
+				return nil, &loop.ProviderError{Summary: "the request could not be encoded", Err: err}
+			}
+			continue
 		}
 		retry, what, _ := classify(err, p.cfg)
 		if emitted {
@@ -261,6 +279,28 @@ func classify(err error, cfg Config) (retry bool, what, kind string) {
 	default:
 		return false, "the LLM's response could not be read", "_OTHER"
 	}
+}
+
+// refusesStreamOptions reports whether a request failed because the endpoint does not
+// know stream_options: Azure OpenAI before API version 2024-09-01-preview ("Unrecognized
+// request argument supplied: stream_options"), and servers that refuse unknown fields,
+// such as older vLLM (400, its error at the top level of the body, not under "error")
+// and other FastAPI servers (422). Any other refusal of the request stays an error.
+func refusesStreamOptions(err error) bool {
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest && apiErr.StatusCode != http.StatusUnprocessableEntity {
+		return false
+	}
+	const field = "stream_options"
+	if apiErr.Param == field || strings.Contains(apiErr.Message, field) {
+		return true
+	}
+	if apiErr.Response == nil || apiErr.Response.Body == nil {
+		return false
+	}
+	// The client puts the body back on the response for errors it read.
+	b, _ := io.ReadAll(io.LimitReader(apiErr.Response.Body, 64<<10))
+	return strings.Contains(string(b), field)
 }
 
 // retryableStatus reports whether another attempt may get past an HTTP status: a

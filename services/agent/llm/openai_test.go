@@ -1,9 +1,11 @@
 package llm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -421,6 +423,48 @@ func TestErrorEventsInTheStream(t *testing.T) {
 			var pe *loop.ProviderError
 			if !errors.As(err, &pe) || pe.Summary != tt.wantErr {
 				t.Fatalf("Chat error %v, want a ProviderError saying %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestAnEndpointThatRefusesStreamOptionsIsAskedWithout(t *testing.T) {
+	tests := []struct {
+		name   string
+		status int
+		body   string
+		asked  bool // whether the refusal is about stream_options
+	}{
+		{"Azure OpenAI before 2024-09-01-preview", 400, `{"error":{"message":"Unrecognized request argument supplied: stream_options","type":"invalid_request_error","param":null,"code":null}}`, true},
+		{"older vLLM, its error at the top level", 400, `{"object":"error","message":"[{'type': 'extra_forbidden', 'loc': ('body', 'stream_options'), 'msg': 'Extra inputs are not permitted'}]","type":"BadRequestError","param":null,"code":400}`, true},
+		{"a FastAPI server's validation error", 422, `{"detail":[{"type":"extra_forbidden","loc":["body","stream_options"],"msg":"Extra inputs are not permitted"}]}`, true},
+		{"an OpenAI-style error naming the field as its param", 400, `{"error":{"message":"Unknown parameter.","type":"invalid_request_error","param":"stream_options","code":"unknown_parameter"}}`, true},
+		{"another bad request", 400, `{"error":{"message":"messages: too long","type":"invalid_request_error","param":"messages","code":null}}`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := llmtest.New(t, llmtest.Turn{Status: tt.status, Body: tt.body}, llmtest.Turn{Content: "ok"}, llmtest.Turn{Content: "ok again"})
+			p := New(testConfig(srv.BaseURL()))
+			onDelta, _ := collect(t)
+			resp, err := p.Chat(context.Background(), chatRequest(), onDelta)
+			if !tt.asked {
+				var pe *loop.ProviderError
+				if !errors.As(err, &pe) || !strings.Contains(pe.Summary, fmt.Sprintf("HTTP %d", tt.status)) || len(srv.Requests()) != 1 {
+					t.Fatalf("Chat = %+v, %v after %d requests; want the refusal, not retried", resp, err, len(srv.Requests()))
+				}
+				return
+			}
+			if err != nil || resp.Content != "ok" || resp.Attempts != 2 {
+				t.Fatalf("Chat = %+v, %v; want ok on the second request", resp, err)
+			}
+			if _, err := p.Chat(context.Background(), chatRequest(), onDelta); err != nil {
+				t.Fatal(err)
+			}
+			reqs := srv.Requests()
+			for i, want := range []bool{true, false, false} {
+				if got := bytes.Contains(reqs[i].Raw, []byte(`"stream_options"`)); got != want || !reqs[i].Stream {
+					t.Errorf("request %d: stream %v, stream_options sent %v, want %v", i+1, reqs[i].Stream, got, want)
+				}
 			}
 		})
 	}

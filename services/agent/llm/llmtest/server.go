@@ -24,7 +24,8 @@ type Turn struct {
 	Status int
 	// RetryAfter is sent as the Retry-After header of an error response.
 	RetryAfter string
-	// Body, when set, replaces the error response's JSON body (proxies send HTML).
+	// Body, when set, replaces the error response's JSON body: other servers' error
+	// shapes, or a proxy's HTML.
 	Body string
 	// Content is the assistant text, streamed in Chunks pieces (default 3).
 	Content string
@@ -337,7 +338,11 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, req *Request, t
 	}
 	if turn.Status != 0 && turn.Status != http.StatusOK {
 		if turn.Body != "" {
-			w.Header().Set("Content-Type", "text/html")
+			ct := "text/html"
+			if json.Valid([]byte(turn.Body)) {
+				ct = "application/json"
+			}
+			w.Header().Set("Content-Type", ct)
 			w.WriteHeader(turn.Status)
 			_, _ = fmt.Fprint(w, turn.Body)
 			return
