@@ -233,7 +233,8 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Thresholds returns the thresholds in force by name, for the routing trace.
+// Thresholds returns the thresholds in force by name, for the routing trace: every
+// -gate-* flag without the prefix and with underscores, switches as 0 or 1.
 func (c Config) Thresholds() map[string]float64 {
 	return map[string]float64{
 		"direct_min":               c.DirectMin,
@@ -259,6 +260,9 @@ func (c Config) Thresholds() map[string]float64 {
 		"ood_subject_coverage":     c.OODSubjectCoverage,
 		"ood_typos":                b2f(c.OODTypos),
 		"ood_literals":             b2f(c.OODLiterals),
+		"entity_trigger":           float64(c.EntityTrigger),
+		"entity_min_len":           float64(c.EntityMinLen),
+		"entity_max_terms":         float64(c.EntityMaxTerms),
 	}
 }
 

@@ -41,7 +41,9 @@ func maturity(m tree.Maturity) quarryv1.Maturity {
 	}
 }
 
-func sources(rs []rank.Result, excerpts map[string]string) []*quarryv1.Source {
+// sources converts ranked results; k supplies each document's runtime maturity, which
+// ranking folds into the boost without keeping it.
+func sources(k *kb.KB, rs []rank.Result, excerpts map[string]string) []*quarryv1.Source {
 	out := make([]*quarryv1.Source, 0, len(rs))
 	for _, r := range rs {
 		out = append(out, &quarryv1.Source{
@@ -51,6 +53,7 @@ func sources(rs []rank.Result, excerpts map[string]string) []*quarryv1.Source {
 			Relevance:  r.Relevance,
 			Archived:   r.Doc.Archived,
 			Excerpt:    excerpts[r.Doc.Path],
+			Maturity:   maturity(k.Signals.Get(r.Doc.Path).Maturity),
 			Importance: r.Importance,
 			Propagated: r.Propagated,
 		})
@@ -118,6 +121,11 @@ func jsonValue(v any) any {
 
 func gateTrace(r *resolve.Result, cfg resolve.Config) *quarryv1.GateTrace {
 	g := cfg.Gate
+	// Every -gate-* flag, as GateTrace.thresholds promises, and the ranking's gap filter
+	// and crowding, which decide what the gates see.
+	thresholds := g.Thresholds()
+	thresholds["gap_ratio"] = cfg.Rank.GapRatio
+	thresholds["crowding"] = cfg.Rank.Crowding
 	t := &quarryv1.GateTrace{
 		SearchText:      r.Trace.SearchText,
 		Scope:           r.Trace.Scope,
@@ -128,16 +136,7 @@ func gateTrace(r *resolve.Result, cfg resolve.Config) *quarryv1.GateTrace {
 		SecondRelevance: r.Trace.Decision.Second,
 		OutOfDomainRule: r.Trace.OODRule,
 		DirectDecision:  r.Trace.Decision.Reason,
-		Thresholds: map[string]float64{
-			"direct_min":        g.DirectMin,
-			"direct_high":       g.DirectHigh,
-			"direct_gap":        g.DirectGap,
-			"prefetch_min":      g.PrefetchMin,
-			"ood_min_relevance": g.OODMinRelevance,
-			"ood_all_terms_max": g.OODAllTermsMax,
-			"gap_ratio":         cfg.Rank.GapRatio,
-			"crowding":          cfg.Rank.Crowding,
-		},
+		Thresholds:      thresholds,
 	}
 	if len(r.Results) > 0 {
 		t.TopScore = r.Results[0].Score

@@ -59,7 +59,7 @@ func (s *Server) Resolve(ctx context.Context, req *quarryv1.ResolveRequest) (*qu
 		ContentVersion:   r.KB.Version,
 	}
 	if r.Route != gate.OutOfDomain {
-		resp.Sources = sources(r.Results, r.Excerpts)
+		resp.Sources = sources(r.KB, r.Results, r.Excerpts)
 	}
 	for _, d := range r.Prefetched {
 		resp.Prefetched = append(resp.Prefetched, document(d, r.KB))
@@ -87,7 +87,7 @@ func (s *Server) Search(ctx context.Context, req *quarryv1.SearchRequest) (*quar
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	return &quarryv1.SearchResponse{Results: sources(results, nil), Generation: k.Generation}, nil
+	return &quarryv1.SearchResponse{Results: sources(k, results, nil), Generation: k.Generation}, nil
 }
 
 // ReadDocument returns one document.

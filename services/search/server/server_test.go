@@ -24,6 +24,7 @@ import (
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/services/search/gate"
 	"github.com/quarry-router/quarry/services/search/kb"
 	"github.com/quarry-router/quarry/services/search/resolve"
 	"github.com/quarry-router/quarry/services/search/tree"
@@ -744,4 +745,64 @@ func TestToStatusMapsDomainErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Every source carries the document's runtime maturity (types.proto Source.maturity):
+// never the enum's zero value, and the value the document itself reports.
+func TestSourcesCarryTheRuntimeMaturity(t *testing.T) {
+	f := start(t)
+	resolved, err := f.client.Resolve(callCtx(t), &quarryv1.ResolveRequest{KnowledgeBase: platform, Query: "pgbouncer pool mode"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	searched, err := f.client.Search(callCtx(t), &quarryv1.SearchRequest{KnowledgeBase: platform, Query: "postgres"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, ss := range map[string][]*quarryv1.Source{"Resolve": resolved.GetSources(), "Search": searched.GetResults()} {
+		if len(ss) == 0 {
+			t.Fatalf("%s returned no sources", name)
+		}
+		for _, s := range ss {
+			doc, err := f.client.ReadDocument(callCtx(t), &quarryv1.ReadDocumentRequest{KnowledgeBase: platform, Path: s.GetPath()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.GetMaturity() == quarryv1.Maturity_MATURITY_UNSPECIFIED || s.GetMaturity() != doc.GetDocument().GetMaturity() {
+				t.Errorf("%s: source %s maturity = %v, want the document's %v", name, s.GetPath(), s.GetMaturity(), doc.GetDocument().GetMaturity())
+			}
+		}
+	}
+}
+
+// The gate trace's thresholds hold every -gate-* flag by name (types.proto
+// GateTrace.thresholds): counts as whole numbers, switches as 0 or 1.
+func TestGateTraceReportsEveryGateThreshold(t *testing.T) {
+	f := start(t)
+	resp, err := f.client.Resolve(callCtx(t), &quarryv1.ResolveRequest{KnowledgeBase: platform, Query: "pgbouncer pool mode", Explain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := resp.GetGate().GetThresholds()
+	fs := flag.NewFlagSet("gate", flag.ContinueOnError)
+	var gc gate.Config
+	gc.RegisterFlags(fs)
+	fs.VisitAll(func(fl *flag.Flag) {
+		name := strings.ReplaceAll(strings.TrimPrefix(fl.Name, "gate-"), "-", "_")
+		v, ok := got[name]
+		if !ok {
+			t.Errorf("thresholds lack %q (flag -%s)", name, fl.Name)
+			return
+		}
+		want := fl.DefValue
+		switch want {
+		case "true":
+			want = "1"
+		case "false":
+			want = "0"
+		}
+		if fmt.Sprint(v) != want {
+			t.Errorf("thresholds[%q] = %v, want -%s's default %s", name, v, fl.Name, want)
+		}
+	})
 }
