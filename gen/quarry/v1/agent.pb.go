@@ -25,8 +25,10 @@ const (
 type AnswerRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Knowledge base id (as in QueryRequest.knowledge_base); the agent's tools read it.
+	// Required: empty is INVALID_ARGUMENT.
 	KnowledgeBase string `protobuf:"bytes,1,opt,name=knowledge_base,json=knowledgeBase,proto3" json:"knowledge_base,omitempty"`
-	// The question as the user wrote it, already validated by the gateway.
+	// The question as the user wrote it, already validated by the gateway. Required:
+	// empty is INVALID_ARGUMENT.
 	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
 	// SINGLE_LLM or AGENTIC; any other tier is INVALID_ARGUMENT.
 	Tier Tier `protobuf:"varint,3,opt,name=tier,proto3,enum=quarry.v1.Tier" json:"tier,omitempty"`
@@ -280,7 +282,8 @@ type isAnswerResponse_Event interface {
 }
 
 type AnswerResponse_Delta struct {
-	// The next piece of answer text, in order.
+	// The next piece of answer text, in order. Concatenated, the deltas equal the final
+	// answer, a degraded one included.
 	Delta string `protobuf:"bytes,1,opt,name=delta,proto3,oneof"`
 }
 

@@ -31,7 +31,8 @@ const (
 type AgentServiceClient interface {
 	// Answer streams the answer text as the model produces it, then the final answer.
 	// FAILED_PRECONDITION when no LLM provider is configured; the caller then falls back
-	// to an extractive answer.
+	// to an extractive answer. An LLM that fails is not an error: the final answer is the
+	// extractive fallback, flagged degraded. Errors end the stream without a final event.
 	Answer(ctx context.Context, in *AnswerRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AnswerResponse], error)
 }
 
@@ -71,7 +72,8 @@ type AgentService_AnswerClient = grpc.ServerStreamingClient[AnswerResponse]
 type AgentServiceServer interface {
 	// Answer streams the answer text as the model produces it, then the final answer.
 	// FAILED_PRECONDITION when no LLM provider is configured; the caller then falls back
-	// to an extractive answer.
+	// to an extractive answer. An LLM that fails is not an error: the final answer is the
+	// extractive fallback, flagged degraded. Errors end the stream without a final event.
 	Answer(*AnswerRequest, grpc.ServerStreamingServer[AnswerResponse]) error
 	mustEmbedUnimplementedAgentServiceServer()
 }

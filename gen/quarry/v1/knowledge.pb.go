@@ -1204,9 +1204,10 @@ type SuggestArchiveRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Knowledge base id.
 	KnowledgeBase string `protobuf:"bytes,1,opt,name=knowledge_base,json=knowledgeBase,proto3" json:"knowledge_base,omitempty"`
-	// Files whose importance is below this are listed; 0 means the service's default (35).
+	// Files whose importance is below this are listed, in [0,100]; 0 means the service's
+	// default (35, -archive-below); anything else is INVALID_ARGUMENT.
 	BelowImportance float64 `protobuf:"fixed64,2,opt,name=below_importance,json=belowImportance,proto3" json:"below_importance,omitempty"`
-	// Maximum entries, 0 means 100.
+	// Maximum entries, 1-10000; 0 means 100; anything else is INVALID_ARGUMENT.
 	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -43,10 +43,14 @@ const (
 // or a file that cannot be indexed (the message says why); NOT_FOUND for an unknown
 // knowledge base, file or archived full text; ALREADY_EXISTS when an archive or restore
 // would overwrite a file; FAILED_PRECONDITION when the knowledge base's folder cannot be
-// written, a sync source is not allowed, or the file to archive is a folder summary or a
-// ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload exceeds 1 GiB; UNAVAILABLE when
-// the search engine did not confirm a write (nothing is half-applied: the files are put
-// back as they were).
+// written, a sync source is not allowed or holds more markdown files than a knowledge
+// base may (-kb-max-files), or the file to archive is a folder summary or a ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload exceeds 1 GiB, or when the caller has
+// too many calls in flight or is over its request rate (-limit-*; with a
+// google.rpc.RetryInfo detail and a "retry-after" trailer); UNAUTHENTICATED and
+// PERMISSION_DENIED with API keys (-auth-keys): every call of this service, reads
+// included, needs a key with "write" for the knowledge base; UNAVAILABLE when the search
+// engine did not confirm a write (nothing is half-applied: the files are put back as they
+// were).
 type KnowledgeServiceClient interface {
 	// SyncTree makes a knowledge base equal to a folder the search service can read (under
 	// its -sync-root): files are added, changed and removed so that the index holds exactly
@@ -180,10 +184,14 @@ func (c *knowledgeServiceClient) SuggestArchive(ctx context.Context, in *Suggest
 // or a file that cannot be indexed (the message says why); NOT_FOUND for an unknown
 // knowledge base, file or archived full text; ALREADY_EXISTS when an archive or restore
 // would overwrite a file; FAILED_PRECONDITION when the knowledge base's folder cannot be
-// written, a sync source is not allowed, or the file to archive is a folder summary or a
-// ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload exceeds 1 GiB; UNAVAILABLE when
-// the search engine did not confirm a write (nothing is half-applied: the files are put
-// back as they were).
+// written, a sync source is not allowed or holds more markdown files than a knowledge
+// base may (-kb-max-files), or the file to archive is a folder summary or a ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload exceeds 1 GiB, or when the caller has
+// too many calls in flight or is over its request rate (-limit-*; with a
+// google.rpc.RetryInfo detail and a "retry-after" trailer); UNAUTHENTICATED and
+// PERMISSION_DENIED with API keys (-auth-keys): every call of this service, reads
+// included, needs a key with "write" for the knowledge base; UNAVAILABLE when the search
+// engine did not confirm a write (nothing is half-applied: the files are put back as they
+// were).
 type KnowledgeServiceServer interface {
 	// SyncTree makes a knowledge base equal to a folder the search service can read (under
 	// its -sync-root): files are added, changed and removed so that the index holds exactly

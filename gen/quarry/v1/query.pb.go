@@ -32,8 +32,9 @@ type QueryRequest struct {
 	// The question, required: valid UTF-8 of at most 4096 bytes by default (gateway flag
 	// -max-query-bytes), not only white space, with no control characters other than tab,
 	// line feed and carriage return; anything else is INVALID_ARGUMENT. Case and runs of
-	// white space do not matter to the cache. A leading "a/b" folder path or a known domain
-	// name (a top-level folder) as the first word scopes the search to that folder.
+	// white space do not matter to the cache. A first word that names a domain (a
+	// top-level folder, in any case), or a folder path such as "auth/jwt" whose first
+	// segment is a domain, scopes the search to that folder when more words follow.
 	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
 	// Return the routing trace in QueryResponse.explain (stage timings, cache lookups, gate
 	// inputs and decision). Default false; it does not change the answer or the caching.
@@ -108,8 +109,10 @@ type QueryResponse struct {
 	// "## Summary", "## Details", "## Sources" and "## Gaps"; OUT_OF_DOMAIN answers say
 	// the knowledge base does not cover the question.
 	Answer string `protobuf:"bytes,4,opt,name=answer,proto3" json:"answer,omitempty"`
-	// Documents the answer was built from or points to, best first; at most 10 by default
-	// (search flag -max-sources); usually empty for OUT_OF_DOMAIN answers.
+	// Documents the answer was built from or points to, best first: the search's ranked
+	// sources, at most 10 by default (search flag -max-sources), then for SINGLE_LLM and
+	// AGENTIC answers the further documents the agent read, so those may list more. Empty
+	// for OUT_OF_DOMAIN answers.
 	Sources []*Source `protobuf:"bytes,5,rep,name=sources,proto3" json:"sources,omitempty"`
 	// True when the answer is a fallback: the question was routed to an LLM tier but no
 	// LLM could answer, so the best extractive answer from the documents is returned.

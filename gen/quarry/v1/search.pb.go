@@ -98,7 +98,7 @@ type ResolveResponse struct {
 	FallbackDegraded bool `protobuf:"varint,3,opt,name=fallback_degraded,json=fallbackDegraded,proto3" json:"fallback_degraded,omitempty"`
 	// Ranked sources after the gap filter, best first (for DIRECT, the documents the answer
 	// quotes come first, then what else the search found above the gap);
-	// at most 10 by default (-max-sources).
+	// at most 10 by default (-max-sources); empty for OUT_OF_DOMAIN.
 	Sources []*Source `protobuf:"bytes,4,rep,name=sources,proto3" json:"sources,omitempty"`
 	// For the LLM routes: the documents to embed in the prompt (relevance >= 0.7, at most 5
 	// by default: -gate-prefetch-min, -gate-direct-max-docs), with full content; empty
@@ -218,9 +218,11 @@ type SearchRequest struct {
 	KnowledgeBase string `protobuf:"bytes,1,opt,name=knowledge_base,json=knowledgeBase,proto3" json:"knowledge_base,omitempty"`
 	// Search text, required, at most 64 KiB; searched as written (no domain scoping).
 	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
-	// Folder to search under, relative to the root, e.g. "auth/jwt"; "" for everything.
+	// Folder to search under, relative to the root, e.g. "auth/jwt" (matched ignoring
+	// case); "" for everything. A folder that does not exist finds nothing; ".." or an
+	// absolute path is INVALID_ARGUMENT.
 	Scope string `protobuf:"bytes,3,opt,name=scope,proto3" json:"scope,omitempty"`
-	// Maximum results, 1-50; 0 means 10.
+	// Maximum results, 1-50; 0 means 10; anything else is INVALID_ARGUMENT.
 	Limit         int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1139,9 +1141,12 @@ func (*WatchGenerationsRequest) Descriptor() ([]byte, []int) {
 // WatchGenerationsResponse is a snapshot or a change.
 type WatchGenerationsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The knowledge bases whose state is reported (all of them in the first message).
+	// The knowledge bases whose state is reported: all of them in the first message (and
+	// when a watcher fell behind), otherwise those that changed.
 	KnowledgeBases []*KnowledgeBaseState `protobuf:"bytes,1,rep,name=knowledge_bases,json=knowledgeBases,proto3" json:"knowledge_bases,omitempty"`
-	// Ids of knowledge bases that no longer exist; never in the first message.
+	// Ids of knowledge bases that no longer exist; never in the first message. The
+	// service does not remove knowledge bases while it runs, so it sends none yet;
+	// watchers should still drop the ids listed.
 	Removed       []string `protobuf:"bytes,2,rep,name=removed,proto3" json:"removed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

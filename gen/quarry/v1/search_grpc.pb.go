@@ -36,26 +36,35 @@ const (
 // check, the T2 gate and answer, and read-only access to the knowledge for the agent.
 // Every request names its knowledge base (an id as in QueryRequest.knowledge_base);
 // malformed ids get INVALID_ARGUMENT, unknown ones NOT_FOUND. Query texts are at most
-// 64 KiB; an empty one is INVALID_ARGUMENT. Internal: platform teams call QueryService.
+// 64 KiB; an empty or white-space-only one is INVALID_ARGUMENT. With API keys
+// (-auth-keys): UNAUTHENTICATED for a missing or unknown key, PERMISSION_DENIED for a
+// knowledge base the key may not use. Internal: platform teams call QueryService.
 type SearchServiceClient interface {
 	// Resolve runs the whole search side of the query path for a question: scoping,
 	// search, entity search, ranking, the out-of-domain check and the T2 gate. It returns
 	// the route and, for OUT_OF_DOMAIN and DIRECT, the finished answer.
 	Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveResponse, error)
 	// Search returns ranked results for a query, optionally scoped to a folder.
+	// INVALID_ARGUMENT for a limit outside 0-50 or a scope that escapes the tree.
 	Search(ctx context.Context, in *SearchRequest, opts ...grpc.CallOption) (*SearchResponse, error)
 	// ReadDocument returns one document. NOT_FOUND when the path is not in the tree;
 	// INVALID_ARGUMENT when it escapes the tree.
 	ReadDocument(ctx context.Context, in *ReadDocumentRequest, opts ...grpc.CallOption) (*ReadDocumentResponse, error)
-	// ListFolder lists the entries of one folder of the tree.
+	// ListFolder lists the entries of one folder of the tree. NOT_FOUND when the path
+	// names no folder (a document's path included); INVALID_ARGUMENT when it escapes the
+	// tree.
 	ListFolder(ctx context.Context, in *ListFolderRequest, opts ...grpc.CallOption) (*ListFolderResponse, error)
 	// GetManifest returns the knowledge base's manifest: summaries, contexts and stubs
 	// within their token budgets. It is rebuilt lazily when the generation changes.
 	GetManifest(ctx context.Context, in *GetManifestRequest, opts ...grpc.CallOption) (*GetManifestResponse, error)
-	// ListKnowledgeBases lists the knowledge bases served, with their generations.
+	// ListKnowledgeBases lists the knowledge bases served, with their generations; with
+	// API keys, only those the caller's key may use.
 	ListKnowledgeBases(ctx context.Context, in *ListKnowledgeBasesRequest, opts ...grpc.CallOption) (*ListKnowledgeBasesResponse, error)
-	// WatchGenerations sends the state of every knowledge base at once, then each change
-	// of a generation as it happens, until the caller cancels.
+	// WatchGenerations sends the state of every knowledge base at once (with API keys,
+	// every one the key may use), then the state of each knowledge base whose generation
+	// changes, as it happens; a watcher that falls behind gets the full state again
+	// instead of a backlog. It runs until the caller cancels, or ends with UNAVAILABLE
+	// when the service shuts down: watch again (another replica answers).
 	WatchGenerations(ctx context.Context, in *WatchGenerationsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchGenerationsResponse], error)
 }
 
@@ -154,26 +163,35 @@ type SearchService_WatchGenerationsClient = grpc.ServerStreamingClient[WatchGene
 // check, the T2 gate and answer, and read-only access to the knowledge for the agent.
 // Every request names its knowledge base (an id as in QueryRequest.knowledge_base);
 // malformed ids get INVALID_ARGUMENT, unknown ones NOT_FOUND. Query texts are at most
-// 64 KiB; an empty one is INVALID_ARGUMENT. Internal: platform teams call QueryService.
+// 64 KiB; an empty or white-space-only one is INVALID_ARGUMENT. With API keys
+// (-auth-keys): UNAUTHENTICATED for a missing or unknown key, PERMISSION_DENIED for a
+// knowledge base the key may not use. Internal: platform teams call QueryService.
 type SearchServiceServer interface {
 	// Resolve runs the whole search side of the query path for a question: scoping,
 	// search, entity search, ranking, the out-of-domain check and the T2 gate. It returns
 	// the route and, for OUT_OF_DOMAIN and DIRECT, the finished answer.
 	Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error)
 	// Search returns ranked results for a query, optionally scoped to a folder.
+	// INVALID_ARGUMENT for a limit outside 0-50 or a scope that escapes the tree.
 	Search(context.Context, *SearchRequest) (*SearchResponse, error)
 	// ReadDocument returns one document. NOT_FOUND when the path is not in the tree;
 	// INVALID_ARGUMENT when it escapes the tree.
 	ReadDocument(context.Context, *ReadDocumentRequest) (*ReadDocumentResponse, error)
-	// ListFolder lists the entries of one folder of the tree.
+	// ListFolder lists the entries of one folder of the tree. NOT_FOUND when the path
+	// names no folder (a document's path included); INVALID_ARGUMENT when it escapes the
+	// tree.
 	ListFolder(context.Context, *ListFolderRequest) (*ListFolderResponse, error)
 	// GetManifest returns the knowledge base's manifest: summaries, contexts and stubs
 	// within their token budgets. It is rebuilt lazily when the generation changes.
 	GetManifest(context.Context, *GetManifestRequest) (*GetManifestResponse, error)
-	// ListKnowledgeBases lists the knowledge bases served, with their generations.
+	// ListKnowledgeBases lists the knowledge bases served, with their generations; with
+	// API keys, only those the caller's key may use.
 	ListKnowledgeBases(context.Context, *ListKnowledgeBasesRequest) (*ListKnowledgeBasesResponse, error)
-	// WatchGenerations sends the state of every knowledge base at once, then each change
-	// of a generation as it happens, until the caller cancels.
+	// WatchGenerations sends the state of every knowledge base at once (with API keys,
+	// every one the key may use), then the state of each knowledge base whose generation
+	// changes, as it happens; a watcher that falls behind gets the full state again
+	// instead of a backlog. It runs until the caller cancels, or ends with UNAVAILABLE
+	// when the service shuts down: watch again (another replica answers).
 	WatchGenerations(*WatchGenerationsRequest, grpc.ServerStreamingServer[WatchGenerationsResponse]) error
 	mustEmbedUnimplementedSearchServiceServer()
 }

@@ -424,8 +424,8 @@ type StageTiming struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Wall time spent in the stage.
 	Duration *durationpb.Duration `protobuf:"bytes,2,opt,name=duration,proto3" json:"duration,omitempty"`
-	// Outcome in a few words for people, e.g. "miss", "hit", "3 results", "skipped: 1
-	// token"; "" when there is nothing to say.
+	// Outcome in a few words for people, e.g. "miss", "hit", "3 results", "skipped: no
+	// agent configured"; "" when there is nothing to say.
 	Outcome       string `protobuf:"bytes,3,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -621,27 +621,34 @@ type GateTrace struct {
 	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
 	// True when the all-terms search found results; false when the any-term fallback ran.
 	AllTermsMatched bool `protobuf:"varint,3,opt,name=all_terms_matched,json=allTermsMatched,proto3" json:"all_terms_matched,omitempty"`
-	// Number of results after ranking and the gap filter, >= 0.
+	// Number of results after ranking and the gap filter, at most the search service's
+	// -max-sources (10 by default), >= 0; the length of results.
 	ResultCount int32 `protobuf:"varint,4,opt,name=result_count,json=resultCount,proto3" json:"result_count,omitempty"`
 	// Terms the entity search ran (it runs when the main search found fewer than 3
 	// results); empty when it did not run.
 	EntityTerms []string `protobuf:"bytes,5,rep,name=entity_terms,json=entityTerms,proto3" json:"entity_terms,omitempty"`
-	// Relevance of the top result in [0,1], the T2 gate's main evidence; 0 when there are
-	// no results.
+	// Highest relevance among the results in [0,1] (results are ordered by compound
+	// score, so it need not be the first's), the T2 gate's main evidence; 0 when there are
+	// no results, and 0 when the question was out of domain (the T2 gate did not run).
 	TopRelevance float64 `protobuf:"fixed64,6,opt,name=top_relevance,json=topRelevance,proto3" json:"top_relevance,omitempty"`
-	// Relevance of the second result, 0 when there is none.
+	// Second-highest relevance among the answer candidates (relevance >= "prefetch_min",
+	// 0.7 by default); 0 when there are fewer than two, or the question was out of domain.
 	SecondRelevance float64 `protobuf:"fixed64,7,opt,name=second_relevance,json=secondRelevance,proto3" json:"second_relevance,omitempty"`
 	// Compound score of the top result; 0 when there are no results.
 	TopScore float64 `protobuf:"fixed64,8,opt,name=top_score,json=topScore,proto3" json:"top_score,omitempty"`
 	// The out-of-domain rule that fired, in words; "" when none did.
 	OutOfDomainRule string `protobuf:"bytes,9,opt,name=out_of_domain_rule,json=outOfDomainRule,proto3" json:"out_of_domain_rule,omitempty"`
-	// Why the T2 gate passed or failed, in words for people.
+	// Why the T2 gate passed or failed, in words for people; "" when the question was out
+	// of domain (the T2 gate did not run).
 	DirectDecision string `protobuf:"bytes,10,opt,name=direct_decision,json=directDecision,proto3" json:"direct_decision,omitempty"`
 	// Thresholds in force, by name: the search service's -gate-* flags without the prefix
 	// and with underscores, such as "direct_min" (0.85 by default), "direct_gap",
-	// "ood_min_relevance" or "ood_term_min_len". Counts are whole numbers, switches 0 or 1.
+	// "ood_min_relevance" or "ood_term_min_len", and the ranking's "gap_ratio" and
+	// "crowding" (-rank-gap-ratio, -rank-crowding). Counts are whole numbers, switches 0
+	// or 1.
 	Thresholds map[string]float64 `protobuf:"bytes,11,rep,name=thresholds,proto3" json:"thresholds,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
-	// Every ranked result with its score inputs.
+	// The ranked results with their score inputs, best first, at most -max-sources (10 by
+	// default); for an out-of-domain question, what the search found.
 	Results       []*ScoredResult `protobuf:"bytes,12,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -772,8 +779,11 @@ type CacheTrace struct {
 	Tokens []string `protobuf:"bytes,2,rep,name=tokens,proto3" json:"tokens,omitempty"`
 	// Exact cache outcome: "hit", "miss", "error: ...".
 	Exact string `protobuf:"bytes,3,opt,name=exact,proto3" json:"exact,omitempty"`
-	// Fuzzy cache outcome: "hit", "miss", "skipped: ..." (e.g. fewer than 2 tokens),
-	// "rejected: ..."; "" when the exact cache answered.
+	// Fuzzy cache outcome: "hit", "miss" (also when the question has fewer than 2 tokens,
+	// gateway flag -fuzzy-min-tokens), "rejected: ..." (a candidate failed verification),
+	// "not verified: ..." (the search refused the question or the caller gave up),
+	// "skipped: ..." (this question's own answer was just computed), "error: ..." (the
+	// cache failed); "" when the exact cache answered.
 	Fuzzy string `protobuf:"bytes,4,opt,name=fuzzy,proto3" json:"fuzzy,omitempty"`
 	// The cached question a fuzzy candidate came from; "" when there was none.
 	FuzzyCandidate string `protobuf:"bytes,5,opt,name=fuzzy_candidate,json=fuzzyCandidate,proto3" json:"fuzzy_candidate,omitempty"`

@@ -16,10 +16,14 @@ class KnowledgeServiceStub(object):
     or a file that cannot be indexed (the message says why); NOT_FOUND for an unknown
     knowledge base, file or archived full text; ALREADY_EXISTS when an archive or restore
     would overwrite a file; FAILED_PRECONDITION when the knowledge base's folder cannot be
-    written, a sync source is not allowed, or the file to archive is a folder summary or a
-    ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload exceeds 1 GiB; UNAVAILABLE when
-    the search engine did not confirm a write (nothing is half-applied: the files are put
-    back as they were).
+    written, a sync source is not allowed or holds more markdown files than a knowledge
+    base may (-kb-max-files), or the file to archive is a folder summary or a ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload exceeds 1 GiB, or when the caller has
+    too many calls in flight or is over its request rate (-limit-*; with a
+    google.rpc.RetryInfo detail and a "retry-after" trailer); UNAUTHENTICATED and
+    PERMISSION_DENIED with API keys (-auth-keys): every call of this service, reads
+    included, needs a key with "write" for the knowledge base; UNAVAILABLE when the search
+    engine did not confirm a write (nothing is half-applied: the files are put back as they
+    were).
     """
 
     def __init__(self, channel):
@@ -81,10 +85,14 @@ class KnowledgeServiceServicer(object):
     or a file that cannot be indexed (the message says why); NOT_FOUND for an unknown
     knowledge base, file or archived full text; ALREADY_EXISTS when an archive or restore
     would overwrite a file; FAILED_PRECONDITION when the knowledge base's folder cannot be
-    written, a sync source is not allowed, or the file to archive is a folder summary or a
-    ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload exceeds 1 GiB; UNAVAILABLE when
-    the search engine did not confirm a write (nothing is half-applied: the files are put
-    back as they were).
+    written, a sync source is not allowed or holds more markdown files than a knowledge
+    base may (-kb-max-files), or the file to archive is a folder summary or a ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload exceeds 1 GiB, or when the caller has
+    too many calls in flight or is over its request rate (-limit-*; with a
+    google.rpc.RetryInfo detail and a "retry-after" trailer); UNAUTHENTICATED and
+    PERMISSION_DENIED with API keys (-auth-keys): every call of this service, reads
+    included, needs a key with "write" for the knowledge base; UNAVAILABLE when the search
+    engine did not confirm a write (nothing is half-applied: the files are put back as they
+    were).
     """
 
     def SyncTree(self, request, context):
@@ -213,10 +221,14 @@ class KnowledgeService(object):
     or a file that cannot be indexed (the message says why); NOT_FOUND for an unknown
     knowledge base, file or archived full text; ALREADY_EXISTS when an archive or restore
     would overwrite a file; FAILED_PRECONDITION when the knowledge base's folder cannot be
-    written, a sync source is not allowed, or the file to archive is a folder summary or a
-    ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload exceeds 1 GiB; UNAVAILABLE when
-    the search engine did not confirm a write (nothing is half-applied: the files are put
-    back as they were).
+    written, a sync source is not allowed or holds more markdown files than a knowledge
+    base may (-kb-max-files), or the file to archive is a folder summary or a ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload exceeds 1 GiB, or when the caller has
+    too many calls in flight or is over its request rate (-limit-*; with a
+    google.rpc.RetryInfo detail and a "retry-after" trailer); UNAUTHENTICATED and
+    PERMISSION_DENIED with API keys (-auth-keys): every call of this service, reads
+    included, needs a key with "write" for the knowledge base; UNAVAILABLE when the search
+    engine did not confirm a write (nothing is half-applied: the files are put back as they
+    were).
     """
 
     @staticmethod

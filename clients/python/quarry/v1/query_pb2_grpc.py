@@ -51,7 +51,14 @@ class QueryServiceServicer(object):
         base; UNAVAILABLE when the search service cannot be reached and no cache can answer
         (safe to retry with backoff); DEADLINE_EXCEEDED or CANCELLED when the caller's deadline
         passed or it cancelled. Status messages of INVALID_ARGUMENT and NOT_FOUND say what was
-        wrong and are safe to show to users.
+        wrong and are safe to show to users. When the gateway runs with API keys
+        (-auth-keys; send "authorization: Bearer <key>" metadata): UNAUTHENTICATED for a
+        missing or unknown key, PERMISSION_DENIED for a knowledge base the key may not use
+        (whether or not it exists). RESOURCE_EXHAUSTED when the caller (its key, or its
+        address without keys) has too many calls in flight (64 by default,
+        -limit-concurrency) or is over its request rate (-limit-rate, off by default): retry
+        after the google.rpc.RetryInfo detail's delay, also sent as a "retry-after" trailer
+        in whole seconds. INTERNAL for a fault of the gateway (a generic message).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -60,8 +67,12 @@ class QueryServiceServicer(object):
     def QueryStream(self, request, context):
         """QueryStream answers like Query but streams the answer text of LLM tiers as it is
         produced. The last event always carries the complete response; answers from the
-        cache, OUT_OF_DOMAIN and DIRECT come as that one event. Errors as for Query; an error
-        after some deltas ends the stream with that status and no final event, and the text
+        cache, OUT_OF_DOMAIN and DIRECT come as that one event, and so does a degraded answer
+        of an LLM tier when no LLM text was produced (no agent or no LLM provider
+        configured). When the agent fails after some text, a last delta appends the
+        extractive fallback and the final response is degraded: the deltas still add up to
+        its answer. Errors as for Query; an error after some deltas (the deadline passing,
+        a cancel) ends the stream with that status and no final event, and the text
         received so far is not an answer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

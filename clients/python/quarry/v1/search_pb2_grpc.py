@@ -10,7 +10,9 @@ class SearchServiceStub(object):
     check, the T2 gate and answer, and read-only access to the knowledge for the agent.
     Every request names its knowledge base (an id as in QueryRequest.knowledge_base);
     malformed ids get INVALID_ARGUMENT, unknown ones NOT_FOUND. Query texts are at most
-    64 KiB; an empty one is INVALID_ARGUMENT. Internal: platform teams call QueryService.
+    64 KiB; an empty or white-space-only one is INVALID_ARGUMENT. With API keys
+    (-auth-keys): UNAUTHENTICATED for a missing or unknown key, PERMISSION_DENIED for a
+    knowledge base the key may not use. Internal: platform teams call QueryService.
     """
 
     def __init__(self, channel):
@@ -61,7 +63,9 @@ class SearchServiceServicer(object):
     check, the T2 gate and answer, and read-only access to the knowledge for the agent.
     Every request names its knowledge base (an id as in QueryRequest.knowledge_base);
     malformed ids get INVALID_ARGUMENT, unknown ones NOT_FOUND. Query texts are at most
-    64 KiB; an empty one is INVALID_ARGUMENT. Internal: platform teams call QueryService.
+    64 KiB; an empty or white-space-only one is INVALID_ARGUMENT. With API keys
+    (-auth-keys): UNAUTHENTICATED for a missing or unknown key, PERMISSION_DENIED for a
+    knowledge base the key may not use. Internal: platform teams call QueryService.
     """
 
     def Resolve(self, request, context):
@@ -75,6 +79,7 @@ class SearchServiceServicer(object):
 
     def Search(self, request, context):
         """Search returns ranked results for a query, optionally scoped to a folder.
+        INVALID_ARGUMENT for a limit outside 0-50 or a scope that escapes the tree.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -89,7 +94,9 @@ class SearchServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def ListFolder(self, request, context):
-        """ListFolder lists the entries of one folder of the tree.
+        """ListFolder lists the entries of one folder of the tree. NOT_FOUND when the path
+        names no folder (a document's path included); INVALID_ARGUMENT when it escapes the
+        tree.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -104,15 +111,19 @@ class SearchServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def ListKnowledgeBases(self, request, context):
-        """ListKnowledgeBases lists the knowledge bases served, with their generations.
+        """ListKnowledgeBases lists the knowledge bases served, with their generations; with
+        API keys, only those the caller's key may use.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def WatchGenerations(self, request, context):
-        """WatchGenerations sends the state of every knowledge base at once, then each change
-        of a generation as it happens, until the caller cancels.
+        """WatchGenerations sends the state of every knowledge base at once (with API keys,
+        every one the key may use), then the state of each knowledge base whose generation
+        changes, as it happens; a watcher that falls behind gets the full state again
+        instead of a backlog. It runs until the caller cancels, or ends with UNAVAILABLE
+        when the service shuts down: watch again (another replica answers).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -168,7 +179,9 @@ class SearchService(object):
     check, the T2 gate and answer, and read-only access to the knowledge for the agent.
     Every request names its knowledge base (an id as in QueryRequest.knowledge_base);
     malformed ids get INVALID_ARGUMENT, unknown ones NOT_FOUND. Query texts are at most
-    64 KiB; an empty one is INVALID_ARGUMENT. Internal: platform teams call QueryService.
+    64 KiB; an empty or white-space-only one is INVALID_ARGUMENT. With API keys
+    (-auth-keys): UNAUTHENTICATED for a missing or unknown key, PERMISSION_DENIED for a
+    knowledge base the key may not use. Internal: platform teams call QueryService.
     """
 
     @staticmethod

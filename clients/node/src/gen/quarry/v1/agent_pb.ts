@@ -22,13 +22,15 @@ export const file_quarry_v1_agent: GenFile = /*@__PURE__*/
 export type AnswerRequest = Message<"quarry.v1.AnswerRequest"> & {
   /**
    * Knowledge base id (as in QueryRequest.knowledge_base); the agent's tools read it.
+   * Required: empty is INVALID_ARGUMENT.
    *
    * @generated from field: string knowledge_base = 1;
    */
   knowledgeBase: string;
 
   /**
-   * The question as the user wrote it, already validated by the gateway.
+   * The question as the user wrote it, already validated by the gateway. Required:
+   * empty is INVALID_ARGUMENT.
    *
    * @generated from field: string query = 2;
    */
@@ -142,7 +144,8 @@ export type AnswerResponse = Message<"quarry.v1.AnswerResponse"> & {
    */
   event: {
     /**
-     * The next piece of answer text, in order.
+     * The next piece of answer text, in order. Concatenated, the deltas equal the final
+     * answer, a degraded one included.
      *
      * @generated from field: string delta = 1;
      */
@@ -176,7 +179,8 @@ export const AgentService: GenService<{
   /**
    * Answer streams the answer text as the model produces it, then the final answer.
    * FAILED_PRECONDITION when no LLM provider is configured; the caller then falls back
-   * to an extractive answer.
+   * to an extractive answer. An LLM that fails is not an error: the final answer is the
+   * extractive fallback, flagged degraded. Errors end the stream without a final event.
    *
    * @generated from rpc quarry.v1.AgentService.Answer
    */

@@ -615,14 +615,15 @@ export type SuggestArchiveRequest = Message<"quarry.v1.SuggestArchiveRequest"> &
   knowledgeBase: string;
 
   /**
-   * Files whose importance is below this are listed; 0 means the service's default (35).
+   * Files whose importance is below this are listed, in [0,100]; 0 means the service's
+   * default (35, -archive-below); anything else is INVALID_ARGUMENT.
    *
    * @generated from field: double below_importance = 2;
    */
   belowImportance: number;
 
   /**
-   * Maximum entries, 0 means 100.
+   * Maximum entries, 1-10000; 0 means 100; anything else is INVALID_ARGUMENT.
    *
    * @generated from field: int32 limit = 3;
    */
@@ -774,10 +775,14 @@ export const FileOutcomeSchema: GenEnum<FileOutcome> = /*@__PURE__*/
  * or a file that cannot be indexed (the message says why); NOT_FOUND for an unknown
  * knowledge base, file or archived full text; ALREADY_EXISTS when an archive or restore
  * would overwrite a file; FAILED_PRECONDITION when the knowledge base's folder cannot be
- * written, a sync source is not allowed, or the file to archive is a folder summary or a
- * ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload exceeds 1 GiB; UNAVAILABLE when
- * the search engine did not confirm a write (nothing is half-applied: the files are put
- * back as they were).
+ * written, a sync source is not allowed or holds more markdown files than a knowledge
+ * base may (-kb-max-files), or the file to archive is a folder summary or a ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload exceeds 1 GiB, or when the caller has
+ * too many calls in flight or is over its request rate (-limit-*; with a
+ * google.rpc.RetryInfo detail and a "retry-after" trailer); UNAUTHENTICATED and
+ * PERMISSION_DENIED with API keys (-auth-keys): every call of this service, reads
+ * included, needs a key with "write" for the knowledge base; UNAVAILABLE when the search
+ * engine did not confirm a write (nothing is half-applied: the files are put back as they
+ * were).
  *
  * @generated from service quarry.v1.KnowledgeService
  */

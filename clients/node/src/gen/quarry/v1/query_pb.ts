@@ -35,8 +35,9 @@ export type QueryRequest = Message<"quarry.v1.QueryRequest"> & {
    * The question, required: valid UTF-8 of at most 4096 bytes by default (gateway flag
    * -max-query-bytes), not only white space, with no control characters other than tab,
    * line feed and carriage return; anything else is INVALID_ARGUMENT. Case and runs of
-   * white space do not matter to the cache. A leading "a/b" folder path or a known domain
-   * name (a top-level folder) as the first word scopes the search to that folder.
+   * white space do not matter to the cache. A first word that names a domain (a
+   * top-level folder, in any case), or a folder path such as "auth/jwt" whose first
+   * segment is a domain, scopes the search to that folder when more words follow.
    *
    * @generated from field: string query = 2;
    */
@@ -97,8 +98,10 @@ export type QueryResponse = Message<"quarry.v1.QueryResponse"> & {
   answer: string;
 
   /**
-   * Documents the answer was built from or points to, best first; at most 10 by default
-   * (search flag -max-sources); usually empty for OUT_OF_DOMAIN answers.
+   * Documents the answer was built from or points to, best first: the search's ranked
+   * sources, at most 10 by default (search flag -max-sources), then for SINGLE_LLM and
+   * AGENTIC answers the further documents the agent read, so those may list more. Empty
+   * for OUT_OF_DOMAIN answers.
    *
    * @generated from field: repeated quarry.v1.Source sources = 5;
    */
@@ -247,7 +250,14 @@ export const QueryService: GenService<{
    * base; UNAVAILABLE when the search service cannot be reached and no cache can answer
    * (safe to retry with backoff); DEADLINE_EXCEEDED or CANCELLED when the caller's deadline
    * passed or it cancelled. Status messages of INVALID_ARGUMENT and NOT_FOUND say what was
-   * wrong and are safe to show to users.
+   * wrong and are safe to show to users. When the gateway runs with API keys
+   * (-auth-keys; send "authorization: Bearer <key>" metadata): UNAUTHENTICATED for a
+   * missing or unknown key, PERMISSION_DENIED for a knowledge base the key may not use
+   * (whether or not it exists). RESOURCE_EXHAUSTED when the caller (its key, or its
+   * address without keys) has too many calls in flight (64 by default,
+   * -limit-concurrency) or is over its request rate (-limit-rate, off by default): retry
+   * after the google.rpc.RetryInfo detail's delay, also sent as a "retry-after" trailer
+   * in whole seconds. INTERNAL for a fault of the gateway (a generic message).
    *
    * @generated from rpc quarry.v1.QueryService.Query
    */
@@ -259,8 +269,12 @@ export const QueryService: GenService<{
   /**
    * QueryStream answers like Query but streams the answer text of LLM tiers as it is
    * produced. The last event always carries the complete response; answers from the
-   * cache, OUT_OF_DOMAIN and DIRECT come as that one event. Errors as for Query; an error
-   * after some deltas ends the stream with that status and no final event, and the text
+   * cache, OUT_OF_DOMAIN and DIRECT come as that one event, and so does a degraded answer
+   * of an LLM tier when no LLM text was produced (no agent or no LLM provider
+   * configured). When the agent fails after some text, a last delta appends the
+   * extractive fallback and the final response is degraded: the deltas still add up to
+   * its answer. Errors as for Query; an error after some deltas (the deadline passing,
+   * a cancel) ends the stream with that status and no final event, and the text
    * received so far is not an answer.
    *
    * @generated from rpc quarry.v1.QueryService.QueryStream

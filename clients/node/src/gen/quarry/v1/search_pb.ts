@@ -81,7 +81,7 @@ export type ResolveResponse = Message<"quarry.v1.ResolveResponse"> & {
   /**
    * Ranked sources after the gap filter, best first (for DIRECT, the documents the answer
    * quotes come first, then what else the search found above the gap);
-   * at most 10 by default (-max-sources).
+   * at most 10 by default (-max-sources); empty for OUT_OF_DOMAIN.
    *
    * @generated from field: repeated quarry.v1.Source sources = 4;
    */
@@ -155,14 +155,16 @@ export type SearchRequest = Message<"quarry.v1.SearchRequest"> & {
   query: string;
 
   /**
-   * Folder to search under, relative to the root, e.g. "auth/jwt"; "" for everything.
+   * Folder to search under, relative to the root, e.g. "auth/jwt" (matched ignoring
+   * case); "" for everything. A folder that does not exist finds nothing; ".." or an
+   * absolute path is INVALID_ARGUMENT.
    *
    * @generated from field: string scope = 3;
    */
   scope: string;
 
   /**
-   * Maximum results, 1-50; 0 means 10.
+   * Maximum results, 1-50; 0 means 10; anything else is INVALID_ARGUMENT.
    *
    * @generated from field: int32 limit = 4;
    */
@@ -643,14 +645,17 @@ export const WatchGenerationsRequestSchema: GenMessage<WatchGenerationsRequest> 
  */
 export type WatchGenerationsResponse = Message<"quarry.v1.WatchGenerationsResponse"> & {
   /**
-   * The knowledge bases whose state is reported (all of them in the first message).
+   * The knowledge bases whose state is reported: all of them in the first message (and
+   * when a watcher fell behind), otherwise those that changed.
    *
    * @generated from field: repeated quarry.v1.KnowledgeBaseState knowledge_bases = 1;
    */
   knowledgeBases: KnowledgeBaseState[];
 
   /**
-   * Ids of knowledge bases that no longer exist; never in the first message.
+   * Ids of knowledge bases that no longer exist; never in the first message. The
+   * service does not remove knowledge bases while it runs, so it sends none yet;
+   * watchers should still drop the ids listed.
    *
    * @generated from field: repeated string removed = 2;
    */
@@ -669,7 +674,9 @@ export const WatchGenerationsResponseSchema: GenMessage<WatchGenerationsResponse
  * check, the T2 gate and answer, and read-only access to the knowledge for the agent.
  * Every request names its knowledge base (an id as in QueryRequest.knowledge_base);
  * malformed ids get INVALID_ARGUMENT, unknown ones NOT_FOUND. Query texts are at most
- * 64 KiB; an empty one is INVALID_ARGUMENT. Internal: platform teams call QueryService.
+ * 64 KiB; an empty or white-space-only one is INVALID_ARGUMENT. With API keys
+ * (-auth-keys): UNAUTHENTICATED for a missing or unknown key, PERMISSION_DENIED for a
+ * knowledge base the key may not use. Internal: platform teams call QueryService.
  *
  * @generated from service quarry.v1.SearchService
  */
@@ -688,6 +695,7 @@ export const SearchService: GenService<{
   },
   /**
    * Search returns ranked results for a query, optionally scoped to a folder.
+   * INVALID_ARGUMENT for a limit outside 0-50 or a scope that escapes the tree.
    *
    * @generated from rpc quarry.v1.SearchService.Search
    */
@@ -708,7 +716,9 @@ export const SearchService: GenService<{
     output: typeof ReadDocumentResponseSchema;
   },
   /**
-   * ListFolder lists the entries of one folder of the tree.
+   * ListFolder lists the entries of one folder of the tree. NOT_FOUND when the path
+   * names no folder (a document's path included); INVALID_ARGUMENT when it escapes the
+   * tree.
    *
    * @generated from rpc quarry.v1.SearchService.ListFolder
    */
@@ -729,7 +739,8 @@ export const SearchService: GenService<{
     output: typeof GetManifestResponseSchema;
   },
   /**
-   * ListKnowledgeBases lists the knowledge bases served, with their generations.
+   * ListKnowledgeBases lists the knowledge bases served, with their generations; with
+   * API keys, only those the caller's key may use.
    *
    * @generated from rpc quarry.v1.SearchService.ListKnowledgeBases
    */
@@ -739,8 +750,11 @@ export const SearchService: GenService<{
     output: typeof ListKnowledgeBasesResponseSchema;
   },
   /**
-   * WatchGenerations sends the state of every knowledge base at once, then each change
-   * of a generation as it happens, until the caller cancels.
+   * WatchGenerations sends the state of every knowledge base at once (with API keys,
+   * every one the key may use), then the state of each knowledge base whose generation
+   * changes, as it happens; a watcher that falls behind gets the full state again
+   * instead of a backlog. It runs until the caller cancels, or ends with UNAVAILABLE
+   * when the service shuts down: watch again (another replica answers).
    *
    * @generated from rpc quarry.v1.SearchService.WatchGenerations
    */

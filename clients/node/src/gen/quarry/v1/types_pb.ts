@@ -215,8 +215,8 @@ export type StageTiming = Message<"quarry.v1.StageTiming"> & {
   duration?: Duration | undefined;
 
   /**
-   * Outcome in a few words for people, e.g. "miss", "hit", "3 results", "skipped: 1
-   * token"; "" when there is nothing to say.
+   * Outcome in a few words for people, e.g. "miss", "hit", "3 results", "skipped: no
+   * agent configured"; "" when there is nothing to say.
    *
    * @generated from field: string outcome = 3;
    */
@@ -345,7 +345,8 @@ export type GateTrace = Message<"quarry.v1.GateTrace"> & {
   allTermsMatched: boolean;
 
   /**
-   * Number of results after ranking and the gap filter, >= 0.
+   * Number of results after ranking and the gap filter, at most the search service's
+   * -max-sources (10 by default), >= 0; the length of results.
    *
    * @generated from field: int32 result_count = 4;
    */
@@ -360,15 +361,17 @@ export type GateTrace = Message<"quarry.v1.GateTrace"> & {
   entityTerms: string[];
 
   /**
-   * Relevance of the top result in [0,1], the T2 gate's main evidence; 0 when there are
-   * no results.
+   * Highest relevance among the results in [0,1] (results are ordered by compound
+   * score, so it need not be the first's), the T2 gate's main evidence; 0 when there are
+   * no results, and 0 when the question was out of domain (the T2 gate did not run).
    *
    * @generated from field: double top_relevance = 6;
    */
   topRelevance: number;
 
   /**
-   * Relevance of the second result, 0 when there is none.
+   * Second-highest relevance among the answer candidates (relevance >= "prefetch_min",
+   * 0.7 by default); 0 when there are fewer than two, or the question was out of domain.
    *
    * @generated from field: double second_relevance = 7;
    */
@@ -389,7 +392,8 @@ export type GateTrace = Message<"quarry.v1.GateTrace"> & {
   outOfDomainRule: string;
 
   /**
-   * Why the T2 gate passed or failed, in words for people.
+   * Why the T2 gate passed or failed, in words for people; "" when the question was out
+   * of domain (the T2 gate did not run).
    *
    * @generated from field: string direct_decision = 10;
    */
@@ -398,14 +402,17 @@ export type GateTrace = Message<"quarry.v1.GateTrace"> & {
   /**
    * Thresholds in force, by name: the search service's -gate-* flags without the prefix
    * and with underscores, such as "direct_min" (0.85 by default), "direct_gap",
-   * "ood_min_relevance" or "ood_term_min_len". Counts are whole numbers, switches 0 or 1.
+   * "ood_min_relevance" or "ood_term_min_len", and the ranking's "gap_ratio" and
+   * "crowding" (-rank-gap-ratio, -rank-crowding). Counts are whole numbers, switches 0
+   * or 1.
    *
    * @generated from field: map<string, double> thresholds = 11;
    */
   thresholds: { [key: string]: number };
 
   /**
-   * Every ranked result with its score inputs.
+   * The ranked results with their score inputs, best first, at most -max-sources (10 by
+   * default); for an out-of-domain question, what the search found.
    *
    * @generated from field: repeated quarry.v1.ScoredResult results = 12;
    */
@@ -449,8 +456,11 @@ export type CacheTrace = Message<"quarry.v1.CacheTrace"> & {
   exact: string;
 
   /**
-   * Fuzzy cache outcome: "hit", "miss", "skipped: ..." (e.g. fewer than 2 tokens),
-   * "rejected: ..."; "" when the exact cache answered.
+   * Fuzzy cache outcome: "hit", "miss" (also when the question has fewer than 2 tokens,
+   * gateway flag -fuzzy-min-tokens), "rejected: ..." (a candidate failed verification),
+   * "not verified: ..." (the search refused the question or the caller gave up),
+   * "skipped: ..." (this question's own answer was just computed), "error: ..." (the
+   * cache failed); "" when the exact cache answered.
    *
    * @generated from field: string fuzzy = 4;
    */
