@@ -208,6 +208,7 @@ func (r *overlayRun) run(dir string) {
 	}
 
 	r.templates = templates
+	r.templates[collectorPod] = collectorTemplate()
 	r.checkPolicies()
 	r.query(templates)
 	r.scrapeMetrics()
@@ -814,16 +815,37 @@ func traceID(traceparent string) string { return strings.Split(traceparent, "-")
 func (r *overlayRun) recordCalls(pod, v string) {
 	for _, m := range hostPortRE.FindAllStringSubmatch(v, -1) {
 		svc := r.net.canonical(m[2])
+		port, _ := strconv.Atoi(m[3])
+		if svc != "" && svc+":"+m[3] == otelCollector {
+			// Not deployed by the overlay, but a Service of its namespace: the overlay's
+			// policies select the collector's pods too.
+			r.calls = append(r.calls, call{from: pod, to: collectorPod, service: svc, port: int32(port)})
+			continue
+		}
 		ip, ok := r.net.ips[svc]
 		if svc == "" || !ok {
-			continue // an outside endpoint (the trace collector)
+			continue // an outside endpoint (the LLM in another namespace)
 		}
-		port, _ := strconv.Atoi(m[3])
 		for w, wip := range r.podIPs {
 			if wip == ip {
 				r.calls = append(r.calls, call{from: pod, to: w, service: svc, port: int32(port)})
 			}
 		}
+	}
+}
+
+// collectorPod stands for the pods behind the otelCollector Service, which the cluster
+// runs in the overlay's namespace; collectorTemplate is such a pod as the OpenTelemetry
+// Collector's Helm chart labels it, serving OTLP on its usual ports.
+const collectorPod = "otel-collector"
+
+func collectorTemplate() *corev1.PodTemplateSpec {
+	return &corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/name": "opentelemetry-collector"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name:  "otel-collector",
+			Ports: []corev1.ContainerPort{{Name: "otlp", ContainerPort: 4317}, {Name: "otlp-http", ContainerPort: 4318}},
+		}}},
 	}
 }
 

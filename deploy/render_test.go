@@ -3,6 +3,8 @@ package deploy
 import (
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,10 +14,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
 )
 
 var overlays = map[string]string{
@@ -84,6 +89,9 @@ func TestOverlaysRenderToValidObjects(t *testing.T) {
 			checkServices(t, objs)
 			checkTLSProbes(t, objs)
 			checkDrain(t, objs)
+			checkImages(t, dir, objs)
+			checkSpread(t, objs)
+			checkStartup(t, objs)
 		})
 	}
 }
@@ -270,4 +278,130 @@ func quarryConfig(objs []runtime.Object) map[string]string {
 		}
 	}
 	return map[string]string{}
+}
+
+// checkImages: every images entry of the overlay's kustomization changes some container.
+// Kustomize matches an entry by the image name the base renders (after the base's own
+// images transformer, ghcr.io/...), and silently ignores one that matches nothing, which
+// left the overlays running the base's :latest images.
+func checkImages(t *testing.T, dir string, objs []runtime.Object) {
+	raw, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		Images []struct {
+			Name    string `json:"name"`
+			NewName string `json:"newName"`
+			NewTag  string `json:"newTag"`
+		} `json:"images"`
+	}
+	if err := yaml.Unmarshal(raw, &k); err != nil {
+		t.Fatalf("%s/kustomization.yaml: %v", dir, err)
+	}
+	var images []string
+	for _, o := range objs {
+		var ps *corev1.PodSpec
+		switch x := o.(type) {
+		case *appsv1.Deployment:
+			ps = &x.Spec.Template.Spec
+		case *appsv1.StatefulSet:
+			ps = &x.Spec.Template.Spec
+		default:
+			continue
+		}
+		for _, c := range append(ps.InitContainers, ps.Containers...) {
+			images = append(images, c.Image)
+		}
+	}
+	for _, e := range k.Images {
+		want := e.Name
+		if e.NewName != "" {
+			want = e.NewName
+		}
+		if e.NewTag != "" {
+			want += ":" + e.NewTag
+		}
+		found := false
+		for _, img := range images {
+			if img == want || e.NewTag == "" && strings.HasPrefix(img, want+":") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s: images entry %q (want %s) changes no container (images rendered: %v); name it as the base renders it", dir, e.Name, want, images)
+		}
+	}
+}
+
+// checkSpread: a Deployment's topology spread constraints count that Deployment's pods
+// only. A selector that matches every Quarry component balances all of them together,
+// so one Deployment's replicas may still share a node.
+func checkSpread(t *testing.T, objs []runtime.Object) {
+	var deps []*appsv1.Deployment
+	for _, o := range objs {
+		if d, ok := o.(*appsv1.Deployment); ok {
+			deps = append(deps, d)
+		}
+	}
+	for _, d := range deps {
+		for _, c := range d.Spec.Template.Spec.TopologySpreadConstraints {
+			sel, err := metav1.LabelSelectorAsSelector(c.LabelSelector)
+			if err != nil {
+				t.Errorf("%s: topology spread selector: %v", d.Name, err)
+				continue
+			}
+			if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+				t.Errorf("%s: topology spread over %s does not count its own pods", d.Name, c.TopologyKey)
+			}
+			for _, other := range deps {
+				if other != d && sel.Matches(labels.Set(other.Spec.Template.Labels)) {
+					t.Errorf("%s: topology spread over %s also counts %s's pods: each Deployment's replicas must be spread on their own", d.Name, c.TopologyKey, other.Name)
+				}
+			}
+		}
+	}
+}
+
+// checkStartup: the gateway reports NOT_SERVING until the search service answers its
+// generation watch (gateway/app), so its liveness must not begin before search may
+// still be starting (search's startup probe budget), or the kubelet restarts gateways
+// over and over while search indexes, and each restart backs off further.
+func checkStartup(t *testing.T, objs []runtime.Object) {
+	deps := map[string]*appsv1.Deployment{}
+	for _, o := range objs {
+		if d, ok := o.(*appsv1.Deployment); ok {
+			deps[d.Name] = d
+		}
+	}
+	// window is how long a container may stay unhealthy from its start before the
+	// kubelet restarts it: the startup probe's budget when there is one, else the
+	// liveness probe's.
+	window := func(c corev1.Container) time.Duration {
+		budget := func(p *corev1.Probe) time.Duration {
+			period, failures := p.PeriodSeconds, p.FailureThreshold
+			if period == 0 {
+				period = 10
+			}
+			if failures == 0 {
+				failures = 3
+			}
+			return time.Duration(p.InitialDelaySeconds+period*failures) * time.Second
+		}
+		switch {
+		case c.StartupProbe != nil:
+			return budget(c.StartupProbe)
+		case c.LivenessProbe != nil:
+			return budget(c.LivenessProbe)
+		}
+		return 1<<63 - 1
+	}
+	gw, search := deps["quarry-gateway"], deps["quarry-search"]
+	if gw == nil || search == nil {
+		return // checkDeployments reports it
+	}
+	g, s := window(gw.Spec.Template.Spec.Containers[0]), window(search.Spec.Template.Spec.Containers[0])
+	if g <= s {
+		t.Errorf("quarry-gateway may be restarted %s after it starts, while quarry-search may take %s to start and the gateway is NOT_SERVING until search answers: give the gateway a startup probe longer than search's", g, s)
+	}
 }
