@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -123,8 +124,11 @@ func (r *overlayRun) run(dir string) {
 	var deployments []*appsv1.Deployment
 	var statefulSets []*appsv1.StatefulSet
 	var services []*corev1.Service
+	autoscaled := map[string]int32{} // a Deployment's autoscaler's minReplicas
 	for _, o := range render(t, dir) {
 		switch x := o.(type) {
+		case *autoscalingv2.HorizontalPodAutoscaler:
+			autoscaled[x.Spec.ScaleTargetRef.Name] = *x.Spec.MinReplicas
 		case *appsv1.Deployment:
 			deployments = append(deployments, x)
 			r.namespace = x.Namespace
@@ -160,7 +164,7 @@ func (r *overlayRun) run(dir string) {
 	next := 2
 	templates := map[string]*corev1.PodTemplateSpec{}
 	for _, d := range deployments {
-		for range replicaCount(d) {
+		for range replicaCount(d, autoscaled[d.Name]) {
 			r.replicas[d.Name] = append(r.replicas[d.Name], base+strconv.Itoa(next))
 			next++
 		}
@@ -271,10 +275,14 @@ func (r *overlayRun) mapService(svc *corev1.Service, templates map[string]*corev
 // how they balance, on a 2-core machine.
 const maxReplicas = 2
 
-// replicaCount is how many of a Deployment's pods the test plays.
-func replicaCount(d *appsv1.Deployment) int {
+// replicaCount is how many of a Deployment's pods the test plays: what its autoscaler
+// scales it to at once (minReplicas, 0 without one), else its replicas.
+func replicaCount(d *appsv1.Deployment, minReplicas int32) int {
 	n := 1 // Kubernetes' default
-	if d.Spec.Replicas != nil {
+	switch {
+	case minReplicas > 0:
+		n = int(minReplicas)
+	case d.Spec.Replicas != nil:
 		n = int(*d.Spec.Replicas)
 	}
 	return max(1, min(n, maxReplicas))

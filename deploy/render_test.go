@@ -133,7 +133,9 @@ func checkDeployments(t *testing.T, objs []runtime.Object) {
 	}
 }
 
-// checkScaling: HPAs on CPU for gateway and search, a PDB for each service.
+// checkScaling: HPAs on CPU for gateway and search, a PDB for each service. An
+// autoscaled Deployment sets no replicas: `kubectl apply` would set that count again on
+// every apply, undoing the autoscaler's.
 func checkScaling(t *testing.T, objs []runtime.Object) {
 	hpa, pdb := map[string]bool{}, map[string]bool{}
 	for _, o := range objs {
@@ -150,6 +152,11 @@ func checkScaling(t *testing.T, objs []runtime.Object) {
 	for _, name := range []string{"quarry-gateway", "quarry-search"} {
 		if !hpa[name] {
 			t.Errorf("no HPA for %s", name)
+		}
+	}
+	for _, o := range objs {
+		if d, ok := o.(*appsv1.Deployment); ok && hpa[d.Name] && d.Spec.Replicas != nil {
+			t.Errorf("%s: replicas %d set beside its HorizontalPodAutoscaler, which owns the count", d.Name, *d.Spec.Replicas)
 		}
 	}
 	for _, name := range []string{"quarry-gateway", "quarry-search", "quarry-agent"} {
