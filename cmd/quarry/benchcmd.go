@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
@@ -36,7 +37,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mixFlag := fs.String("mix", "repeat=0.5,reword=0.2,new=0.25,echo=0.05", "weights of repeated (T0), reworded (T1), new questions and bare gRPC echoes")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	timeout := fs.Duration("timeout", 10*time.Second, "deadline of each call")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
 	mix, err := parseMix(*mixFlag)
@@ -53,6 +54,13 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	cfg := loadConfig{Concurrency: *c, Duration: *d, Count: *n, Warmup: *warm, KB: *kbID, Mix: mix, Timeout: *timeout}
+	// Read first: a bad file is reported before a knowledge base is generated.
+	var fileQuestions []string
+	if *questions != "" {
+		if fileQuestions, err = readQuestions(*questions); err != nil {
+			return err
+		}
+	}
 	target := srv.addr
 	embedded := target == ""
 	if embedded {
@@ -84,9 +92,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if *questions != "" {
-		if cfg.Questions, err = readQuestions(*questions); err != nil {
-			return err
-		}
+		cfg.Questions = fileQuestions
 	}
 	if len(cfg.Questions) == 0 {
 		return errors.New("no questions: pass -questions FILE with a running gateway")
@@ -114,9 +120,13 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		rep.print(stdout)
 	}
-	rep.print(stdout)
+	// With -json too: a run whose calls failed exited 0.
 	if rep.Errors > 0 {
 		return fmt.Errorf("%d calls failed", rep.Errors)
 	}
@@ -150,16 +160,30 @@ func readQuestions(path string) ([]string, error) {
 	defer f.Close()
 	var out []string
 	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	line := 0
 	for sc.Scan() {
+		line++
+		// A blank line (a trailing one, one between groups) is no question; it was
+		// "unexpected end of JSON input", with no line named.
+		if strings.TrimSpace(sc.Text()) == "" {
+			continue
+		}
 		var q struct {
 			Query string `json:"query"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &q); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
 		}
 		if q.Query != "" {
 			out = append(out, q.Query)
 		}
 	}
-	return out, sc.Err()
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s:%d: %w", path, line+1, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf(`%s: no questions (one {"query": ...} object a line)`, path)
+	}
+	return out, nil
 }

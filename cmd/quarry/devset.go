@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,11 +18,11 @@ func devsetCmd(args []string, stdout io.Writer) error {
 	goroot := fs.String("goroot", "", `Go installation whose src/ documentation is read ("" = the one "go env GOROOT" names)`)
 	seed := fs.Uint64("seed", 1, "random seed; the same seed and Go release write the same set")
 	perPkg := fs.Int("known-per-package", 3, "most known-item questions drawn from one package")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
 	if *out == "" {
-		return errors.New("-out is required")
+		return usagef("-out is required: quarry devset -out DIR")
 	}
 	if *goroot == "" {
 		// The Go on the PATH, not this binary's build-time root, which another machine

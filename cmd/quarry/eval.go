@@ -70,8 +70,13 @@ func readLabelled(paths []string) ([]labelled, error) {
 		err = sc.Err()
 		f.Close()
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
+			// The line the scanner stopped on (bufio.ErrTooLong: over 1 MiB).
+			return nil, fmt.Errorf("%s:%d: %w", p, line+1, err)
 		}
+	}
+	if len(out) == 0 {
+		// An empty file (or the wrong one) printed a report of n/a figures and exited 0.
+		return nil, fmt.Errorf("%s: no questions (one JSON object a line: see README: Routing quality)", strings.Join(paths, ", "))
 	}
 	return out, nil
 }
@@ -234,14 +239,14 @@ func evalCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stderr, "usage: quarry eval (-kb DIR | -addr HOST:PORT -kb-id ID) [flags] questions.jsonl...")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, true); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
-		return errors.New("no question files: pass one or more JSONL files (see README: Routing quality)")
+		return usagef("no question files: pass one or more JSONL files (see README: Routing quality)")
 	}
 	if (*kbDir == "") == (*addr == "") {
-		return errors.New("pass exactly one of -kb (embedded) and -addr (running gateway)")
+		return usagef("pass exactly one of -kb (embedded) and -addr (running gateway)")
 	}
 	qs, err := readLabelled(fs.Args())
 	if err != nil {
@@ -252,7 +257,7 @@ func evalCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		id = filepath.Base(filepath.Clean(*kbDir))
 	}
 	if id == "" || id == "." || id == string(filepath.Separator) {
-		return errors.New("-kb-id is required with -addr")
+		return usagef("-kb-id is required with -addr")
 	}
 
 	// Each phase gets a fresh system so that it measures routing, not answers cached by
@@ -316,8 +321,10 @@ func evalCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // startEval serves a copy of one KB folder in an embedded Quarry: a copy, so the write
 // side and the folder watcher can never touch the labelled corpus.
 func startEval(ctx context.Context, kbDir, id string, searchArgs, gatewayArgs []string) (*system, func(), error) {
-	if st, err := os.Stat(kbDir); err != nil || !st.IsDir() {
+	if st, err := os.Stat(kbDir); err != nil {
 		return nil, nil, fmt.Errorf("knowledge base folder %q not found", kbDir)
+	} else if !st.IsDir() {
+		return nil, nil, fmt.Errorf("-kb %q is a file: pass the knowledge base's folder", kbDir)
 	}
 	root, err := os.MkdirTemp("", "quarry-eval-")
 	if err != nil {

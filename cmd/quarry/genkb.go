@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,11 +14,11 @@ func genkb(args []string, stdout io.Writer) error {
 	out := fs.String("out", "", "folder to write the knowledge base into (created)")
 	files := fs.Int("files", 5000, "number of knowledge files")
 	seed := fs.Int64("seed", 1, "random seed; the same seed writes the same files")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
 	if *out == "" {
-		return errors.New("-out is required")
+		return usagef("-out is required: quarry genkb -out DIR [-files N]")
 	}
 	start := time.Now()
 	m, err := kbgen.Generate(*out, kbgen.Options{Files: *files, Seed: *seed, Now: time.Now()})

@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -31,11 +30,8 @@ func keyCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: quarry key -name NAME -kb KB[,KB...] [-write] [-json]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, false); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	entry := auth.Key{Name: strings.TrimSpace(*name), Write: *write}
 	for _, kb := range strings.Split(*kbs, ",") {
@@ -45,9 +41,9 @@ func keyCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	switch {
 	case entry.Name == "":
-		return errors.New("-name is required: logs and limits name the key by it")
+		return usagef("-name is required: logs and limits name the key by it")
 	case len(entry.KnowledgeBases) == 0:
-		return errors.New(`-kb is required: the knowledge bases the key may use, or "*" for all`)
+		return usagef(`-kb is required: the knowledge bases the key may use, or "*" for all`)
 	}
 	key, err := newKey()
 	if err != nil {

@@ -229,8 +229,14 @@ func runLoad(ctx context.Context, c quarryv1.QueryServiceClient, h healthpb.Heal
 			}
 		})
 	}
-	if progress != nil {
+	// The status line's writer is waited for: returned before it had ended its line, it
+	// raced the caller's own writes to the same stream (the report, the error).
+	progressDone := make(chan struct{})
+	if progress == nil {
+		close(progressDone)
+	} else {
 		go func() {
+			defer close(progressDone)
 			tk := time.NewTicker(time.Second)
 			defer tk.Stop()
 			for {
@@ -249,6 +255,8 @@ func runLoad(ctx context.Context, c quarryv1.QueryServiceClient, h healthpb.Heal
 		}()
 	}
 	wg.Wait()
+	cancel()
+	<-progressDone
 	rep.Elapsed = time.Since(time.Unix(0, measuredFrom.Load()))
 	rep.Calls, rep.Errors = calls.Load(), errs.Load()
 	if rep.Elapsed > 0 {

@@ -2,6 +2,8 @@
 //
 //	quarry up                          start search, agent and gateway in one process
 //	quarry query [-kb K] "question"    ask a running gateway
+//	quarry sync DIR -kb K              make a knowledge base equal a local folder
+//	quarry archive -kb K -suggest      list (and -apply: archive) little-used files
 //	quarry genkb -out DIR -files N     write a synthetic knowledge base for benchmarks
 //	quarry bench [-c 64 -d 30s]        load generator with a report per tier
 //	quarry eval -kb DIR questions.jsonl routing quality on labelled questions
@@ -11,6 +13,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -75,9 +79,44 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "quarry: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
-	if err != nil {
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		// "quarry query -h": the flag package printed the flags; asking is no failure.
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "quarry %s: %v\n", args[0], err)
+		return 2
+	default:
 		fmt.Fprintf(stderr, "quarry %s: %v\n", args[0], err)
 		return 1
 	}
-	return 0
 }
+
+// usageError is a command line the command cannot run: an unknown flag, a bad flag
+// value, a missing or unexpected argument. The command exits 2, as the flag package's
+// own commands do, and not 1, which says the work itself failed.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// parseFlags parses a command's flags; a command that takes no arguments is given
+// none. Without the check, "quarry genkb -out DIR 10 -files 3" stopped parsing at
+// "10", ignored "-files 3" and wrote 5,000 files.
+func parseFlags(fs *flag.FlagSet, args []string, takesArgs bool) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if !takesArgs && fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q (this command takes only flags; -h lists them)", fs.Arg(0))}
+	}
+	return nil
+}
+
+// usagef is a usage error with a message.
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }

@@ -21,11 +21,13 @@ func query(ctx context.Context, args []string, stdout io.Writer) error {
 	explain := fs.Bool("explain", false, "print the routing trace")
 	stream := fs.Bool("stream", false, "use QueryStream and print LLM text as it arrives")
 	timeout := fs.Duration("timeout", 60*time.Second, "deadline for the answer")
-	if err := fs.Parse(args); err != nil {
+	// Flags may follow the question: `quarry query "how do I X?" -explain` asked
+	// "how do I X? -explain" of the default knowledge base, without the trace.
+	if err := parseFlags(fs, reorderArgs(fs, args), true); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
-		return errors.New(`a question is required: quarry query [-kb K] "question"`)
+		return usagef(`a question is required: quarry query [-kb K] "question"`)
 	}
 	conn, err := srv.dial()
 	if err != nil {
@@ -39,34 +41,53 @@ func query(ctx context.Context, args []string, stdout io.Writer) error {
 	c := quarryv1.NewQueryServiceClient(conn)
 	start := time.Now()
 	var resp *quarryv1.QueryResponse
+	streamed := ""
 	if *stream {
-		resp, err = streamQuery(ctx, c, req, stdout)
+		resp, streamed, err = streamQuery(ctx, c, req, stdout)
 	} else {
 		resp, err = c.Query(ctx, req)
 	}
 	if err != nil {
+		if streamed != "" {
+			fmt.Fprintln(stdout) // end the partial answer's line before the error
+		}
 		st := status.Convert(err)
 		return fmt.Errorf("%s: %s", st.Code(), st.Message())
 	}
-	printResponse(stdout, resp, time.Since(start))
+	if streamed != "" {
+		// The deltas are the answer (they concatenate to it), already on the screen:
+		// end its line and print the rest without printing the answer a second time.
+		if !strings.HasSuffix(streamed, "\n") {
+			fmt.Fprintln(stdout)
+		}
+		fmt.Fprintln(stdout)
+	}
+	printResponse(stdout, resp, time.Since(start), streamed == "" || streamed != resp.GetAnswer())
 	return nil
 }
 
-func streamQuery(ctx context.Context, c quarryv1.QueryServiceClient, req *quarryv1.QueryRequest, w io.Writer) (*quarryv1.QueryResponse, error) {
+// streamQuery prints the answer's text as it arrives and returns the final response
+// and the text it printed.
+func streamQuery(ctx context.Context, c quarryv1.QueryServiceClient, req *quarryv1.QueryRequest, w io.Writer) (*quarryv1.QueryResponse, string, error) {
 	s, err := c.QueryStream(ctx, &quarryv1.QueryStreamRequest{Request: req})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
+	var printed strings.Builder
 	for {
 		ev, err := s.Recv()
+		if err == io.EOF {
+			return nil, printed.String(), errors.New("the stream ended without a final response")
+		}
 		if err != nil {
-			return nil, err
+			return nil, printed.String(), err
 		}
 		switch e := ev.Event.(type) {
 		case *quarryv1.QueryStreamResponse_Delta:
 			fmt.Fprint(w, e.Delta)
+			printed.WriteString(e.Delta)
 		case *quarryv1.QueryStreamResponse_Final:
-			return e.Final, nil
+			return e.Final, printed.String(), nil
 		}
 	}
 }
@@ -87,7 +108,9 @@ func summaryLine(resp *quarryv1.QueryResponse, rtt time.Duration) string {
 	return b.String()
 }
 
-func printResponse(w io.Writer, resp *quarryv1.QueryResponse, rtt time.Duration) {
+// printResponse prints a response; withAnswer false leaves out the answer's text (a
+// streamed answer is already printed).
+func printResponse(w io.Writer, resp *quarryv1.QueryResponse, rtt time.Duration, withAnswer bool) {
 	fmt.Fprintf(w, "tier:    %s\n", summaryLine(resp, rtt))
 	fmt.Fprintf(w, "kb:      %s (generation %d), server time %.2f ms\n", resp.GetKnowledgeBase(), resp.GetGeneration(),
 		float64(resp.GetElapsed().AsDuration().Microseconds())/1000)
@@ -104,7 +127,9 @@ func printResponse(w io.Writer, resp *quarryv1.QueryResponse, rtt time.Duration)
 			fmt.Fprintf(w, "  %.3f  %s  %s%s\n", s.GetScore(), s.GetPath(), s.GetTitle(), flag)
 		}
 	}
-	fmt.Fprintf(w, "answer:\n%s\n", strings.TrimSpace(resp.GetAnswer()))
+	if withAnswer {
+		fmt.Fprintf(w, "answer:\n%s\n", strings.TrimSpace(resp.GetAnswer()))
+	}
 	if ex := resp.GetExplain(); ex != nil {
 		printExplain(w, ex)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/schollz/progressbar/v3"
 	"google.golang.org/grpc/status"
 )
@@ -36,11 +36,11 @@ func syncCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	keep := fs.Bool("keep-missing", false, "keep files the knowledge base has and the folder does not")
 	allowEmpty := fs.Bool("allow-empty", false, "let a folder without markdown files empty the knowledge base")
 	timeout := fs.Duration("timeout", 10*time.Minute, "deadline for the whole sync")
-	if err := fs.Parse(reorderArgs(fs, args)); err != nil {
+	if err := parseFlags(fs, reorderArgs(fs, args), true); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 || *kbID == "" {
-		return errors.New("usage: quarry sync DIR -kb K")
+		return usagef("usage: quarry sync DIR -kb K")
 	}
 	dir := fs.Arg(0)
 	if fi, err := os.Stat(dir); err != nil {
@@ -51,6 +51,9 @@ func syncCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	files, skipped, err := collect(dir)
 	if err != nil {
+		return err
+	}
+	if err := checkUploadable(dir, files); err != nil {
 		return err
 	}
 	if len(files) == 0 && !*keep && !*allowEmpty {
@@ -105,6 +108,37 @@ func syncCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return nil
 }
 
+// checkUploadable refuses a sync with a file too large for one gRPC message before
+// anything is sent. Read whole and sent, such a file ended the stream with "trying to
+// send message larger than max" and the whole sync failed; left out, the sync would
+// remove the file's indexed version. The search service takes files up to its
+// -kb-max-file-bytes (1 MiB by default) and rejects larger ones on its own.
+func checkUploadable(dir string, files []string) error {
+	var tooBig []string
+	for _, p := range files {
+		fi, err := os.Stat(filepath.Join(dir, filepath.FromSlash(p)))
+		if err != nil {
+			return err
+		}
+		if fi.Size() > maxUploadBytes(p) {
+			tooBig = append(tooBig, fmt.Sprintf("%s (%d bytes)", p, fi.Size()))
+		}
+	}
+	if len(tooBig) > 0 {
+		return fmt.Errorf("nothing synced: %d files are over the %d bytes one upload message carries (the search service indexes files up to -kb-max-file-bytes, 1 MiB by default); move them out of the folder: %s",
+			len(tooBig), grpcx.MaxMessageBytes, strings.Join(tooBig, ", "))
+	}
+	return nil
+}
+
+// maxUploadBytes is the largest file of this path that fits one SyncFiles message.
+func maxUploadBytes(path string) int64 {
+	// The message's own bytes: the oneof field's and the file's tags and lengths
+	// (at most 2+5 and 1+5+1+5) and the path.
+	const overhead = 32
+	return int64(grpcx.MaxMessageBytes - overhead - len(path))
+}
+
 // collect lists the markdown files under dir as slash paths; links and hidden entries
 // are left out (the service would refuse them anyway).
 func collect(dir string) (files, skipped []string, err error) {
@@ -153,11 +187,11 @@ func archiveCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	below := fs.Float64("below", 35, "importance under which a file is a candidate")
 	limit := fs.Int("limit", 20, "most candidates listed")
 	apply := fs.Bool("apply", false, "archive the candidates listed")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
 	if *kbID == "" || !*suggest {
-		return errors.New("usage: quarry archive -kb K -suggest [-below 35] [-apply]")
+		return usagef("usage: quarry archive -kb K -suggest [-below 35] [-apply]")
 	}
 	kc, closeConn, err := knowledgeClient(&srv)
 	if err != nil {
@@ -194,12 +228,16 @@ func statusError(err error) error {
 
 // reorderArgs lets flags follow the positional argument ("sync DIR -kb K"), which the
 // flag package alone does not. A flag of fs that is a switch (-tls) takes no value, so
-// the word after it stays positional.
+// the word after it stays positional; after "--" every word is positional.
 func reorderArgs(fs *flag.FlagSet, args []string) []string {
 	var flags, pos []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
-		if strings.HasPrefix(a, "-") {
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if strings.HasPrefix(a, "-") && a != "-" {
 			flags = append(flags, a)
 			if !strings.Contains(a, "=") && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") && !isSwitch(fs, a) {
 				flags = append(flags, args[i+1])
@@ -209,7 +247,11 @@ func reorderArgs(fs *flag.FlagSet, args []string) []string {
 		}
 		pos = append(pos, a)
 	}
-	return append(flags, pos...)
+	if len(pos) == 0 {
+		return flags
+	}
+	// "--" keeps a positional word that starts with a dash from being read as a flag.
+	return append(append(flags, "--"), pos...)
 }
 
 func isSwitch(fs *flag.FlagSet, arg string) bool {

@@ -160,10 +160,17 @@ func TestReorderArgsKnowsSwitches(t *testing.T) {
 	fs.Bool("keep-missing", false, "")
 	fs.String("kb", "", "")
 	tests := []struct{ in, want []string }{
-		{[]string{"DIR", "-kb", "k"}, []string{"-kb", "k", "DIR"}},
-		{[]string{"-tls", "DIR", "-kb", "k"}, []string{"-tls", "-kb", "k", "DIR"}},
-		{[]string{"--keep-missing", "DIR", "-kb=k"}, []string{"--keep-missing", "-kb=k", "DIR"}},
-		{[]string{"-tls=false", "DIR"}, []string{"-tls=false", "DIR"}},
+		{[]string{"DIR", "-kb", "k"}, []string{"-kb", "k", "--", "DIR"}},
+		{[]string{"-tls", "DIR", "-kb", "k"}, []string{"-tls", "-kb", "k", "--", "DIR"}},
+		{[]string{"--keep-missing", "DIR", "-kb=k"}, []string{"--keep-missing", "-kb=k", "--", "DIR"}},
+		{[]string{"-tls=false", "DIR"}, []string{"-tls=false", "--", "DIR"}},
+		{[]string{"-kb", "k"}, []string{"-kb", "k"}},
+		// After "--" every word is positional, one with a dash too (it was read as a
+		// flag, and "--" took the next word as its value).
+		{[]string{"-kb", "k", "--", "what", "does", "-race", "do"}, []string{"-kb", "k", "--", "what", "does", "-race", "do"}},
+		{[]string{"--", "-odd-dir", "-kb", "k"}, []string{"--", "-odd-dir", "-kb", "k"}},
+		{[]string{"how", "do", "I", "rotate?", "-tls", "-kb", "k"}, []string{"-tls", "-kb", "k", "--", "how", "do", "I", "rotate?"}},
+		{[]string{"-", "-kb", "k"}, []string{"-kb", "k", "--", "-"}},
 	}
 	for _, tt := range tests {
 		if got := reorderArgs(fs, tt.in); !slices.Equal(got, tt.want) {

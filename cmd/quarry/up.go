@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	gatewayapp "github.com/quarry-router/quarry/gateway/app"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
@@ -44,8 +46,8 @@ type system struct {
 // start runs search, agent and gateway in this process, each on its own gRPC listener,
 // so the calls between them take the same path as in a deployment.
 func start(ctx context.Context, cfg upConfig, log *slog.Logger) (*system, error) {
-	if st, err := os.Stat(cfg.KBRoot); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("knowledge bases folder %q not found: run from the repository root or pass -kb-root", cfg.KBRoot)
+	if err := checkKBRoot(cfg.KBRoot); err != nil {
+		return nil, err
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	searchReady := make(chan net.Addr, 1)
@@ -81,6 +83,18 @@ func start(ctx context.Context, cfg upConfig, log *slog.Logger) (*system, error)
 	return sys, nil
 }
 
+// checkKBRoot says what is wrong with the folder of knowledge bases, if anything.
+func checkKBRoot(dir string) error {
+	st, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return fmt.Errorf("knowledge bases folder %q not found: run from the repository root or pass -kb-root", dir)
+	case !st.IsDir():
+		return fmt.Errorf("-kb-root %q is a file, not a folder: pass the folder whose subfolders are the knowledge bases", dir)
+	}
+	return nil
+}
+
 // await waits for a service to report its address, or for the group to fail first.
 func await(ctx context.Context, g *errgroup.Group, ready chan net.Addr) (net.Addr, error) {
 	select {
@@ -114,10 +128,15 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	metricsAddr := fs.String("metrics-addr", "", `address to serve Prometheus /metrics of all three services on ("" = off)`)
 	var llmCfg llm.Config
 	llmCfg.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
 	cfg.AgentArgs = llmArgs(fs)
+	// Checked before anything starts, and before the copy, whose own error ("stat .: no
+	// such file or directory") named neither the folder nor the way out.
+	if err := checkKBRoot(cfg.KBRoot); err != nil {
+		return err
+	}
 	log := slog.New(telemetry.LogHandler(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})))
 	// Off unless OTEL_TRACES_EXPORTER or an OTLP endpoint is set; then one process
 	// exports the spans of all three services.
@@ -135,6 +154,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer stopMetrics()
+	kbRootName := cfg.KBRoot
 	began := time.Now()
 	if !*inPlace {
 		// The write side and the folder watcher would otherwise edit the repository's
@@ -152,6 +172,9 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	sys, err := start(ctx, cfg, log)
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			return nil // Ctrl-C during start-up
+		}
 		return err
 	}
 	fmt.Fprintf(stdout, "Quarry is up in %v (embedded defaults: in-process cache, Bleve BM25, %s)\n", time.Since(began).Round(time.Millisecond), llmName(llmCfg))
@@ -159,9 +182,24 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *metricsAddr != "" {
 		fmt.Fprintf(stdout, "  metrics (Prometheus)    http://%s/metrics\n", *metricsAddr)
 	}
-	fmt.Fprintf(stdout, "  try: go run ./cmd/quarry query -addr %s -kb platform -explain \"how do I rotate the JWT signing key?\"\n\n", sys.Gateway)
-	if cfg.Demo {
+	// The demo asks the example knowledge base; another -kb-root may not hold it, and its
+	// first question's NOT_FOUND stopped the system that had just started.
+	hasDemoKB := isDir(filepath.Join(cfg.KBRoot, demoKB))
+	if hasDemoKB {
+		fmt.Fprintf(stdout, "  try: go run ./cmd/quarry query -addr %s -kb %s -explain \"how do I rotate the JWT signing key?\"\n\n", sys.Gateway, demoKB)
+	} else {
+		fmt.Fprintf(stdout, "  try: go run ./cmd/quarry query -addr %s -kb KB -explain \"a question\"  (KB: a folder of %s)\n\n", sys.Gateway, kbRootName)
+	}
+	if cfg.Demo && !hasDemoKB {
+		fmt.Fprintf(stdout, "(no demo: it asks the example knowledge base %q, which %s does not hold)\n\n", demoKB, kbRootName)
+	} else if cfg.Demo {
 		if err := demo(ctx, sys.Gateway.String(), stdout); err != nil {
+			if ctx.Err() != nil {
+				// Ctrl-C while a demo question waited (a local model writing a T3/T4
+				// answer): a stop asked for, not a failure.
+				<-sys.done
+				return nil
+			}
 			return err
 		}
 	}
@@ -197,6 +235,14 @@ func llmName(c llm.Config) string {
 	return llm.Config{BaseURL: base, Model: model}.Describe()
 }
 
+// demoKB is the knowledge base the demo asks: examples/kb/platform.
+const demoKB = "platform"
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
+
 // demoQuestion is one step of the start-up demo.
 type demoQuestion struct {
 	Why, KB, Query string
@@ -204,11 +250,11 @@ type demoQuestion struct {
 
 // demoQuestions walk through every tier on the example knowledge base.
 var demoQuestions = []demoQuestion{
-	{"T2: a question one document answers", "platform", "How do I rotate the JWT signing key?"},
-	{"T0: the same question again", "platform", "how do I rotate the JWT signing key?"},
-	{"T1: the same words in another order", "platform", "JWT signing key: how do I rotate it?"},
-	{"out of domain: a tool the knowledge base never mentions", "platform", "How do I rotate Kafka consumer credentials?"},
-	{"T3/T4 route: no single document answers (an LLM answers; degraded without one)", "platform", "What should I check before a production deploy?"},
+	{"T2: a question one document answers", demoKB, "How do I rotate the JWT signing key?"},
+	{"T0: the same question again", demoKB, "how do I rotate the JWT signing key?"},
+	{"T1: the same words in another order", demoKB, "JWT signing key: how do I rotate it?"},
+	{"out of domain: a tool the knowledge base never mentions", demoKB, "How do I rotate Kafka consumer credentials?"},
+	{"T3/T4 route: no single document answers (an LLM answers; degraded without one)", demoKB, "What should I check before a production deploy?"},
 }
 
 func demo(ctx context.Context, addr string, w io.Writer) error {
@@ -245,7 +291,13 @@ func firstLine(md string) string {
 		l = strings.TrimSpace(l)
 		if l != "" && !strings.HasPrefix(l, "#") {
 			if len(l) > 160 {
-				l = l[:160] + "…"
+				// Cut at a character boundary: a byte cut inside "“" or "é" printed
+				// invalid UTF-8.
+				cut := 160
+				for cut > 0 && !utf8.RuneStart(l[cut]) {
+					cut--
+				}
+				l = l[:cut] + "…"
 			}
 			return l
 		}
