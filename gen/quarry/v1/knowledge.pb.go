@@ -29,7 +29,8 @@ const (
 	// Never set; the zero value of the enum.
 	FileOutcome_FILE_OUTCOME_UNSPECIFIED FileOutcome = 0
 	// The file was added or changed and is searchable now (for an archived original: kept
-	// readable, not searched).
+	// readable, not searched; it passes the same checks as any file, as RestoreFile will
+	// read it).
 	FileOutcome_FILE_OUTCOME_INDEXED FileOutcome = 1
 	// The file was already there with the same bytes; nothing was written.
 	FileOutcome_FILE_OUTCOME_UNCHANGED FileOutcome = 2

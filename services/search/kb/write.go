@@ -258,12 +258,12 @@ func (r *Registry) planUploads(cur *KB, dir *tree.Dir, uploads []Upload, skips [
 		if single {
 			return err
 		}
-		p.files = append(p.files, FileResult{Path: path, Outcome: Rejected, Reason: reason(err)})
+		p.files = append(p.files, FileResult{Path: printable(path), Outcome: Rejected, Reason: printable(reason(err))})
 		return nil
 	}
 	for _, s := range skips {
 		seen[s.Path] = true
-		p.files = append(p.files, FileResult{Path: s.Path, Outcome: Rejected, Reason: s.Reason})
+		p.files = append(p.files, FileResult{Path: printable(s.Path), Outcome: Rejected, Reason: printable(s.Reason)})
 	}
 	parsed := r.parseAll(cur, uploads, p.placeholder)
 	for i, u := range uploads {
@@ -285,15 +285,17 @@ func (r *Registry) planUploads(cur *KB, dir *tree.Dir, uploads []Upload, skips [
 			continue
 		}
 		if tree.IsArchivedOriginal(clean) {
-			if int64(len(u.Data)) > r.cfg.Tree.MaxFileBytes {
-				if err := reject(clean, fmt.Errorf("%w: %d bytes, over the %d-byte limit", tree.ErrRejected, len(u.Data), r.cfg.Tree.MaxFileBytes)); err != nil {
-					return nil, err
-				}
-				continue
-			}
 			old, ok, err := dir.Read(clean, r.cfg.Tree.MaxFileBytes)
 			if err == nil && ok && string(old) == string(u.Data) {
 				p.files = append(p.files, FileResult{Path: clean, Outcome: Unchanged})
+				continue
+			}
+			// Not indexed, but read back with the loader's rules (ReadArchivedFile,
+			// RestoreFile): what they would refuse is refused now, before it is written.
+			if _, err := tree.ParseFile(cur.Tree.Root, clean, u.Data, p.placeholder, r.cfg.Tree); err != nil {
+				if err := reject(clean, err); err != nil {
+					return nil, err
+				}
 				continue
 			}
 			p.ops = append(p.ops, op{path: clean, data: u.Data})
@@ -676,6 +678,9 @@ func (r *Registry) write(ctx context.Context, id string, create bool, plan plann
 	}
 	defer dir.Close()
 	p, err := plan(cur, dir)
+	if err == nil {
+		err = r.checkFileCount(cur, p)
+	}
 	if err != nil {
 		if fresh {
 			_ = os.Remove(cur.Tree.Root) // only if empty
@@ -757,6 +762,31 @@ func (r *Registry) write(ctx context.Context, id string, create bool, plan plann
 	r.log.Info("knowledge base written", "kb", id, "generation", k.Generation,
 		"indexed", res.Count(Indexed), "removed", res.Count(Removed), "rejected", res.Count(Rejected))
 	return res, nil
+}
+
+// checkFileCount refuses a plan that would leave the knowledge base with more markdown
+// files than -kb-max-files: the next Load would refuse the whole knowledge base. A write
+// that does not add to the count is never refused, so a knowledge base over the limit
+// (the limit lowered since) can still be cut down.
+func (r *Registry) checkFileCount(cur *KB, p *plan) error {
+	before := cur.Tree.Files()
+	n := before
+	for _, o := range p.ops {
+		if tree.IsArchivedOriginal(o.path) {
+			continue // never read by Load, so never counted
+		}
+		removal := o.remove || (o.onDisk && o.doc == nil)
+		switch {
+		case removal && cur.Tree.Counts(o.path):
+			n--
+		case !removal && !cur.Tree.Counts(o.path):
+			n++
+		}
+	}
+	if n > before && n > r.cfg.Tree.MaxFiles {
+		return fmt.Errorf("%w: the knowledge base would hold %d markdown files, over the limit of %d (-kb-max-files)", tree.ErrTooManyFiles, n, r.cfg.Tree.MaxFiles)
+	}
+	return nil
 }
 
 // syncDir makes a batched write's files durable. A variable, so that a test sees when
@@ -979,6 +1009,11 @@ func hash(data []byte) string {
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])
 }
+
+// printable returns s with any bytes that are not UTF-8 replaced by U+FFFD: a folder may
+// hold names no tree path may hold, and a result carrying one raw could not be sent
+// (protobuf strings are UTF-8), failing the whole sync instead of rejecting one file.
+func printable(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 // reason is a rejection's reason for a per-file result: the error without the sentinel's
 // prefix.

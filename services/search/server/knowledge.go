@@ -15,9 +15,10 @@ import (
 	"github.com/quarry-router/quarry/services/search/kb"
 )
 
-// maxSyncBytes bounds the files one SyncFiles stream may upload in total: they are held
-// in memory until the stream ends, so the sync applies as one change.
-const maxSyncBytes = 1 << 30
+// maxSyncBytes bounds the files one SyncFiles stream may upload in total, paths
+// included: they are held in memory until the stream ends, so the sync applies as one
+// change. A variable so that tests can lower it.
+var maxSyncBytes = 1 << 30
 
 // Knowledge implements quarryv1.KnowledgeServiceServer, the write side.
 type Knowledge struct {
@@ -71,7 +72,9 @@ func (s *Knowledge) SyncFiles(stream grpc.ClientStreamingServer[quarryv1.SyncFil
 		if f == nil {
 			return status.Error(codes.InvalidArgument, "only the first message may be a header")
 		}
-		if total += len(f.GetContent()); total > maxSyncBytes {
+		// The path counts too: a stream of empty files with long paths (each as large as
+		// a message may be) is held in memory just the same.
+		if total += len(f.GetPath()) + len(f.GetContent()); total > maxSyncBytes {
 			return status.Errorf(codes.ResourceExhausted, "upload over %d bytes: sync the tree in parts with keep_missing", maxSyncBytes)
 		}
 		files = append(files, kb.Upload{Path: f.GetPath(), Data: f.GetContent()})

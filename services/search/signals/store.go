@@ -295,18 +295,32 @@ func (s *Store) Snapshot() []Record {
 
 // Restore replaces the state of seeded documents with learned records, as after a
 // reload: seed the new tree, then restore the old store's snapshot. Records for paths
-// not seeded (files that were removed) are ignored.
+// not seeded (files that were removed) are ignored. Records read back from a file are
+// not trusted blindly: a maturity that is no stage keeps the seeded one (a stage no
+// threshold moves would never change again), and a last access after now (another
+// machine's clock, a hand edit) counts from now, or the importance would not decay
+// until then.
 func (s *Store) Restore(records []Record) {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
 	s.changes.Add(1)
+	now := s.now()
 	for _, r := range records {
 		p, ok := s.load(r.Path)
 		if !ok {
 			continue
 		}
+		seeded := p.Load()
 		imp := s.clamp(r.Importance)
-		p.Store(&entry{base: imp, last: r.LastAccess, mat: s.settle(r.Maturity, imp), updated: p.Load().updated})
+		mat := r.Maturity
+		if mat < tree.Draft || mat > tree.Core {
+			mat = seeded.mat
+		}
+		last := r.LastAccess
+		if last.After(now) {
+			last = now
+		}
+		p.Store(&entry{base: imp, last: last, mat: s.settle(mat, imp), updated: seeded.updated})
 	}
 }
 

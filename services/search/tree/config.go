@@ -14,8 +14,9 @@ type Config struct {
 	// MaxFrontMatterBytes is the largest front matter block parsed; files with a larger
 	// one are skipped.
 	MaxFrontMatterBytes int
-	// MaxFiles is the most markdown files one tree may hold; Load fails beyond it rather
-	// than serving a silently truncated knowledge base.
+	// MaxFiles is the most markdown files one tree may hold, archived originals (never
+	// read) not counted; Load fails beyond it rather than serving a silently truncated
+	// knowledge base, and a write that would take a knowledge base past it is refused.
 	MaxFiles int
 	// MaxDepth is the deepest folder level walked (a file at a/b/c.md is at depth 2);
 	// deeper folders are skipped.
@@ -41,7 +42,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	d := DefaultConfig()
 	fs.Int64Var(&c.MaxFileBytes, "kb-max-file-bytes", d.MaxFileBytes, "largest markdown file loaded, in bytes; larger files are skipped")
 	fs.IntVar(&c.MaxFrontMatterBytes, "kb-max-front-matter-bytes", d.MaxFrontMatterBytes, "largest front matter block parsed, in bytes; files with a larger one are skipped")
-	fs.IntVar(&c.MaxFiles, "kb-max-files", d.MaxFiles, "most markdown files one knowledge base may hold; loading fails beyond it")
+	fs.IntVar(&c.MaxFiles, "kb-max-files", d.MaxFiles, "most markdown files one knowledge base may hold (archived full texts not counted); loading fails and writes are refused beyond it")
 	fs.IntVar(&c.MaxDepth, "kb-max-depth", d.MaxDepth, "deepest folder level walked; deeper folders are skipped")
 	fs.Float64Var(&c.DefaultImportance, "kb-default-importance", d.DefaultImportance, "starting importance (0-100) of a file whose front matter sets none")
 }

@@ -61,7 +61,14 @@ func Load(ctx context.Context, root string, cfg Config, log *slog.Logger) (*Tree
 	if err := l.readAll(); err != nil {
 		return nil, fmt.Errorf("load %s: %w", root, err)
 	}
-	return newTree(root, l.docs, l.skipped), nil
+	t := newTree(root, l.docs, l.skipped)
+	if len(l.refused) > 0 {
+		t.refused = make(map[string]bool, len(l.refused))
+		for _, p := range l.refused {
+			t.refused[p] = true
+		}
+	}
+	return t, nil
 }
 
 // rootName is the title fallback of the root folder's _index.md.
@@ -82,6 +89,9 @@ type loader struct {
 	pending  []string // markdown files listed by the walk, read by readAll
 	docs     []*Document
 	skipped  []Skip
+	// refused are the markdown files read and refused (size, encoding, front matter):
+	// they count toward MaxFiles like the loaded ones.
+	refused []string
 	// raw lists archived originals too, for ReadFiles, which reads files unparsed.
 	raw bool
 }
@@ -113,6 +123,18 @@ func (l *loader) visit(p string, d fs.DirEntry, err error) error {
 		}
 		return nil
 	}
+	if d.IsDir() || strings.HasSuffix(name, mdSuffix) {
+		// A name the file system allows but no tree path may hold (not UTF-8, a control
+		// character, a backslash): its document could be searched but never read,
+		// written or removed by its path, and a result naming it could not be sent.
+		if _, err := CleanPath(p); err != nil {
+			l.skip(p, err.Error())
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+	}
 	if d.Type()&fs.ModeSymlink != 0 {
 		l.skip(p, "symbolic link (links are never followed)")
 		return nil
@@ -131,15 +153,17 @@ func (l *loader) visit(p string, d fs.DirEntry, err error) error {
 		l.skip(p, "not a regular file")
 		return nil
 	}
+	if IsArchivedOriginal(p) && !l.raw {
+		// Archiving replaces a file by its ghost cue; an original left beside the stub
+		// would bring archived knowledge back into search at full weight. It is never
+		// read, so it does not count toward MaxFiles: the files counted are the ones
+		// read, which a write can count too (Tree.Files).
+		l.skip(p, "archived original: only "+stubSuffix+" ghost cues are loaded from "+archiveDir)
+		return nil
+	}
 	l.files++
 	if l.files > l.cfg.MaxFiles {
 		return fmt.Errorf("%w: more than %d markdown files", ErrTooManyFiles, l.cfg.MaxFiles)
-	}
-	if IsArchivedOriginal(p) && !l.raw {
-		// Archiving replaces a file by its ghost cue; an original left beside the stub
-		// would bring archived knowledge back into search at full weight.
-		l.skip(p, "archived original: only "+stubSuffix+" ghost cues are loaded from "+archiveDir)
-		return nil
 	}
 	l.pending = append(l.pending, p)
 	return nil
@@ -181,6 +205,7 @@ func (l *loader) readAll() error {
 		r := results[i]
 		if r.err != nil {
 			l.skip(p, r.err.Error())
+			l.refused = append(l.refused, p)
 			continue
 		}
 		for _, n := range r.notes {

@@ -20,6 +20,9 @@ type Tree struct {
 	Skipped []Skip
 
 	folders map[string]*folder
+	// refused holds the markdown files Load read and refused (Skipped lists why): on
+	// disk, and counted toward Config.MaxFiles by the next Load.
+	refused map[string]bool
 }
 
 // Skip records one file or folder Load refused and why.
@@ -101,6 +104,17 @@ func (t *Tree) folder(dir string) *folder {
 
 // Len is the number of documents.
 func (t *Tree) Len() int { return len(t.Docs) }
+
+// Files is the number of markdown files Load counts toward Config.MaxFiles: the
+// documents and the files it read and refused (archived originals, never read, are not
+// counted).
+func (t *Tree) Files() int { return len(t.Docs) + len(t.refused) }
+
+// Counts reports whether p is one of the files Files counts.
+func (t *Tree) Counts(p string) bool {
+	_, ok := t.ByPath[p]
+	return ok || t.refused[p]
+}
 
 // Doc returns the document at a user-supplied path (see CleanPath for the rules).
 func (t *Tree) Doc(p string) (*Document, error) {

@@ -144,7 +144,16 @@ func (t *Tree) With(upserts []*Document, deletes []string) *Tree {
 			skipped = append(skipped, s)
 		}
 	}
-	return newTree(t.Root, docs, skipped)
+	out := newTree(t.Root, docs, skipped)
+	for p := range t.refused {
+		if !gone[p] {
+			if out.refused == nil {
+				out.refused = map[string]bool{}
+			}
+			out.refused[p] = true
+		}
+	}
+	return out
 }
 
 // Dir writes files of a tree's folder. Every path goes through an os.Root, so nothing is

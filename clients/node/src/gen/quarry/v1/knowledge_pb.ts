@@ -729,7 +729,8 @@ export enum FileOutcome {
 
   /**
    * The file was added or changed and is searchable now (for an archived original: kept
-   * readable, not searched).
+   * readable, not searched; it passes the same checks as any file, as RestoreFile will
+   * read it).
    *
    * @generated from enum value: FILE_OUTCOME_INDEXED = 1;
    */
@@ -775,8 +776,11 @@ export const FileOutcomeSchema: GenEnum<FileOutcome> = /*@__PURE__*/
  * or a file that cannot be indexed (the message says why); NOT_FOUND for an unknown
  * knowledge base, file or archived full text; ALREADY_EXISTS when an archive or restore
  * would overwrite a file; FAILED_PRECONDITION when the knowledge base's folder cannot be
- * written, a sync source is not allowed or holds more markdown files than a knowledge
- * base may (-kb-max-files), or the file to archive is a folder summary or a ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload exceeds 1 GiB, or when the caller has
+ * written, a sync source is not allowed, a write would leave the knowledge base with more
+ * markdown files than it may hold (-kb-max-files; archived full texts are not counted, and
+ * a write that adds no file is never refused), or the file to archive is a folder summary
+ * or a ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload (contents and paths) exceeds
+ * 1 GiB, or when the caller has
  * too many calls in flight or is over its request rate (-limit-*; with a
  * google.rpc.RetryInfo detail and a "retry-after" trailer); UNAUTHENTICATED and
  * PERMISSION_DENIED with API keys (-auth-keys): every call of this service, reads
