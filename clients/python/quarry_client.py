@@ -11,15 +11,21 @@ grpc_python_plugin); they need the grpcio and protobuf packages (Debian:
 python3-grpcio python3-protobuf; pip: grpcio protobuf).
 
 Exit status: 0 when every question was answered, 1 when a call failed (the gRPC status is
-printed on stderr as "error: CODE: message"), 2 for a usage error.
+printed on stderr as "error: CODE: message"), 2 for a usage error, 130 when interrupted
+(Ctrl-C).
 """
 
 import argparse
+import ipaddress
 import os
 import sys
 import time
 
-import grpc
+# gRPC's C core logs connection failures (a TLS handshake, say) on stderr itself, in
+# addition to the status the call ends with; the status says it all, on one line.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
+import grpc  # noqa: E402  (after GRPC_VERBOSITY, which the core reads when it loads)
 
 from quarry.v1 import query_pb2, query_pb2_grpc, types_pb2
 
@@ -28,11 +34,11 @@ from quarry.v1 import query_pb2, query_pb2_grpc, types_pb2
 HINTS = {
     grpc.StatusCode.INVALID_ARGUMENT: "fix the question or the knowledge base id",
     grpc.StatusCode.NOT_FOUND: "this server does not serve that knowledge base",
-    grpc.StatusCode.UNAVAILABLE: "is Quarry running at {addr}?",
+    grpc.StatusCode.UNAVAILABLE: "check that Quarry runs at {addr} and that --tls matches how it serves; safe to retry with backoff",
     grpc.StatusCode.DEADLINE_EXCEEDED: "no answer within {timeout}s (--timeout)",
     grpc.StatusCode.UNAUTHENTICATED: "missing or invalid API key (--api-key or QUARRY_API_KEY)",
     grpc.StatusCode.PERMISSION_DENIED: "the API key may not query this knowledge base",
-    grpc.StatusCode.RESOURCE_EXHAUSTED: "rate limited or too large; retry later or shorten the question",
+    grpc.StatusCode.RESOURCE_EXHAUSTED: "over the limit of calls in flight or per second for this caller; retry after the time the message gives",
 }
 
 
@@ -98,20 +104,41 @@ def ask(stub, args, metadata, question):
         print_response(resp, (time.perf_counter() - began) * 1e3)
         return
     final, streamed = None, False
-    for event in stub.QueryStream(query_pb2.QueryStreamRequest(request=req), timeout=args.timeout, metadata=metadata):
-        kind = event.WhichOneof("event")
-        if kind == "delta":
-            if not streamed:
-                print("answer (streamed):")
-                streamed = True
-            print(event.delta, end="", flush=True)
-        elif kind == "final":
-            final = event.final
-    if streamed:
-        print()
+    try:
+        for event in stub.QueryStream(query_pb2.QueryStreamRequest(request=req), timeout=args.timeout, metadata=metadata):
+            kind = event.WhichOneof("event")
+            if kind == "delta":
+                if not streamed:
+                    print("answer (streamed):")
+                    streamed = True
+                print(event.delta, end="", flush=True)
+            elif kind == "final":
+                final = event.final
+    finally:
+        # End the answer's line, also when an error or Ctrl-C cut the stream short, so
+        # that what follows (the error on stderr) starts a line of its own.
+        if streamed:
+            print(flush=True)
     if final is None:
         raise IncompleteStream("the stream ended without a final response")
     print_response(final, (time.perf_counter() - began) * 1e3, answer_streamed=streamed)
+
+
+def valid_addr(addr):
+    """HOST:PORT with a port gRPC will use as written (it reads "77OO" as port 77)."""
+    host, _, port = addr.rpartition(":")
+    return bool(host) and port.isascii() and port.isdigit() and 0 < int(port) < 65536
+
+
+def loopback(addr):
+    """Whether HOST:PORT names this machine, where plaintext cannot be overheard."""
+    host = addr.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def main(argv=None):
@@ -124,9 +151,25 @@ def main(argv=None):
     p.add_argument("--stream", action="store_true", help="use QueryStream and print answer text as it arrives")
     p.add_argument("--api-key", default=os.environ.get("QUARRY_API_KEY", ""),
                    help="sent as 'authorization: Bearer KEY' (default $QUARRY_API_KEY)")
-    p.add_argument("--tls", action="store_true", help="connect with TLS (system roots)")
+    p.add_argument("--tls", action="store_true",
+                   help="connect with TLS, trusting grpcio's bundled public CAs, not the system's store "
+                        "(a private CA: GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=ca.pem, which replaces them)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per question (default 10)")
     args = p.parse_args(argv)
+    if not args.timeout > 0:
+        p.error("--timeout must be a positive number of seconds")
+    if not valid_addr(args.addr):
+        p.error(f"--addr {args.addr!r} is not HOST:PORT")
+    # A key read from a file may end in a line break. Anything else outside printable
+    # ASCII gRPC refuses to send, and its error quotes the metadata: the key itself.
+    args.api_key = args.api_key.strip(" \t\r\n")
+    if not all("!" <= ch <= "~" for ch in args.api_key):
+        p.error("the API key (--api-key or QUARRY_API_KEY) has characters a bearer token cannot have "
+                "(white space, control or non-ASCII); the key is not shown")
+
+    if args.api_key and not args.tls and not loopback(args.addr):
+        p.error("the API key goes only over --tls or to a loopback address: "
+                "in plaintext anyone on the path could read it")
 
     metadata = [("authorization", f"Bearer {args.api_key}")] if args.api_key else []
     channel = (grpc.secure_channel(args.addr, grpc.ssl_channel_credentials()) if args.tls
@@ -141,7 +184,7 @@ def main(argv=None):
                 ask(stub, args, metadata, question)
             except grpc.RpcError as err:
                 code = err.code()
-                hint = HINTS.get(code, "").format(addr=args.addr, timeout=args.timeout)
+                hint = HINTS.get(code, "").format(addr=args.addr, timeout=f"{args.timeout:g}")
                 print(f"error: {code.name}: {err.details()}" + (f" ({hint})" if hint else ""), file=sys.stderr)
                 return 1
             except IncompleteStream as err:
@@ -151,4 +194,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("error: CANCELLED: interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -16,8 +16,10 @@ import (
 	"time"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/grpcx/tlstest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -109,11 +111,19 @@ type clientRun struct {
 // the clients read, so the caller's shell cannot change the outcome.
 func (c exampleClient) run(t *testing.T, env []string, args ...string) clientRun {
 	t.Helper()
+	return c.runUntil(t, env, nil, args...)
+}
+
+// runUntil is run that sends the client an interrupt (Ctrl-C) once interrupt is
+// closed; a nil interrupt never does.
+func (c exampleClient) runUntil(t *testing.T, env []string, interrupt <-chan struct{}, args ...string) clientRun {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.cmd[0], append(c.cmd[1:], args...)...)
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "QUARRY_API_KEY=") && !strings.HasPrefix(kv, "QUARRY_ADDR=") {
+		if !strings.HasPrefix(kv, "QUARRY_API_KEY=") && !strings.HasPrefix(kv, "QUARRY_ADDR=") &&
+			!strings.HasPrefix(kv, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=") && !strings.HasPrefix(kv, "NODE_EXTRA_CA_CERTS=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
@@ -121,7 +131,23 @@ func (c exampleClient) run(t *testing.T, env []string, args ...string) clientRun
 	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("%s client: %v", c.lang, err)
+	}
+	exited := make(chan struct{})
+	defer close(exited)
+	if interrupt != nil {
+		go func() {
+			select {
+			case <-interrupt:
+				// Leave the client a moment to print what it received.
+				time.Sleep(300 * time.Millisecond)
+				_ = cmd.Process.Signal(os.Interrupt)
+			case <-exited:
+			}
+		}()
+	}
+	err := cmd.Wait()
 	r := clientRun{stdout: stdout.String(), stderr: stderr.String()}
 	var exit *exec.ExitError
 	switch {
@@ -258,6 +284,12 @@ const (
 	testAPIKey = "qk_test_1234"
 	// truncatedQuestion makes the scripted stream end without its final event.
 	truncatedQuestion = "cut me off"
+	// cancelledQuestion is refused with CANCELLED, as the gateway refuses a query
+	// whose context it saw cancelled.
+	cancelledQuestion = "cancel me"
+	// A question starting with hangPrefix is never answered: after the deltas (on a
+	// stream) the call waits for the caller's deadline or its cancel.
+	hangPrefix = "hang: "
 )
 
 // scriptedQueryService stands in for a gateway that checks API keys and streams LLM
@@ -265,6 +297,22 @@ const (
 type scriptedQueryService struct {
 	quarryv1.UnimplementedQueryServiceServer
 	deltas []string
+	hung   sync.Map // question → chan struct{}, closed once a hanging call is waiting
+}
+
+// hanging returns a channel closed once the call asking q (which starts with
+// hangPrefix) has sent what it will send and waits.
+func (s *scriptedQueryService) hanging(q string) <-chan struct{} {
+	ch, _ := s.hung.LoadOrStore(q, make(chan struct{}))
+	return ch.(chan struct{})
+}
+
+// hang waits, as an answer that never comes, until the caller gives up.
+func (s *scriptedQueryService) hang(ctx context.Context, q string) error {
+	ch, _ := s.hung.LoadOrStore(q, make(chan struct{}))
+	close(ch.(chan struct{}))
+	<-ctx.Done()
+	return status.FromContextError(ctx.Err()).Err()
 }
 
 func (s *scriptedQueryService) authorize(ctx context.Context) error {
@@ -283,9 +331,15 @@ func (s *scriptedQueryService) response(tier quarryv1.Tier) *quarryv1.QueryRespo
 	}
 }
 
-func (s *scriptedQueryService) Query(ctx context.Context, _ *quarryv1.QueryRequest) (*quarryv1.QueryResponse, error) {
+func (s *scriptedQueryService) Query(ctx context.Context, req *quarryv1.QueryRequest) (*quarryv1.QueryResponse, error) {
 	if err := s.authorize(ctx); err != nil {
 		return nil, err
+	}
+	switch q := req.GetQuery(); {
+	case q == cancelledQuestion:
+		return nil, status.Error(codes.Canceled, "the query was cancelled")
+	case strings.HasPrefix(q, hangPrefix):
+		return nil, s.hang(ctx, q)
 	}
 	return s.response(quarryv1.Tier_TIER_DIRECT), nil
 }
@@ -299,8 +353,11 @@ func (s *scriptedQueryService) QueryStream(req *quarryv1.QueryStreamRequest, str
 			return err
 		}
 	}
-	if req.GetRequest().GetQuery() == truncatedQuestion {
+	switch q := req.GetRequest().GetQuery(); {
+	case q == truncatedQuestion:
 		return nil
+	case strings.HasPrefix(q, hangPrefix):
+		return s.hang(stream.Context(), q)
 	}
 	return stream.Send(&quarryv1.QueryStreamResponse{Event: &quarryv1.QueryStreamResponse_Final{Final: s.response(quarryv1.Tier_TIER_SINGLE_LLM)}})
 }
@@ -353,5 +410,181 @@ func TestExampleClientsSendTheAPIKeyAndPrintStreamedText(t *testing.T) {
 				t.Errorf("exit %d stderr %q, want 1 and UNAUTHENTICATED", r.exit, r.stderr)
 			}
 		})
+	})
+}
+
+// startScripted serves svc on a loopback port (over TLS given grpc.Creds).
+func startScripted(t *testing.T, svc quarryv1.QueryServiceServer, opts ...grpc.ServerOption) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(opts...)
+	quarryv1.RegisterQueryServiceServer(srv, svc)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+// oneLine checks that a failed run exited 1 (or exit) with stderr one line starting
+// with want.
+func (r clientRun) oneLine(t *testing.T, exit int, want string) {
+	t.Helper()
+	if r.exit != exit {
+		t.Errorf("exit %d, want %d; stderr:\n%s", r.exit, exit, r.stderr)
+	}
+	msg := strings.TrimSuffix(r.stderr, "\n")
+	if !strings.HasPrefix(msg, want) || strings.Contains(msg, "\n") {
+		t.Errorf("stderr %q, want one line starting %q", r.stderr, want)
+	}
+}
+
+// TestExampleClientsEndAStreamCutShort: an error or a Ctrl-C after some deltas ends the
+// partial answer's line before the error is reported (on a terminal the two share the
+// screen: "in three phaseserror: DEADLINE_EXCEEDED" was what the user saw), a Ctrl-C
+// is reported on one line with exit 130, not a traceback, and a CANCELLED status is
+// spelled as gRPC spells it.
+func TestExampleClientsEndAStreamCutShort(t *testing.T) {
+	svc := &scriptedQueryService{deltas: []string{"Rotate the key ", "in three phases"}}
+	addr := startScripted(t, svc)
+	base := []string{"--addr", addr, "--kb", "platform", "--api-key", testAPIKey}
+	partial := "answer (streamed):\n" + strings.Join(svc.deltas, "") + "\n"
+
+	forEachClient(t, func(t *testing.T, c exampleClient) {
+		t.Run("deadline after deltas", func(t *testing.T) {
+			r := c.run(t, nil, append(base, "--stream", "--timeout", "1", hangPrefix+"deadline "+c.lang)...)
+			r.oneLine(t, 1, "error: DEADLINE_EXCEEDED: ")
+			if !strings.HasSuffix(r.stdout, partial) {
+				t.Errorf("stdout does not end the partial answer's line:\n%q", r.stdout)
+			}
+			if len(tiers(r.stdout)) != 0 {
+				t.Errorf("printed a response for a failed stream:\n%s", r.stdout)
+			}
+		})
+		t.Run("ctrl-c after deltas", func(t *testing.T) {
+			q := hangPrefix + "interrupt stream " + c.lang
+			r := c.runUntil(t, nil, svc.hanging(q), append(base, "--stream", q)...)
+			r.oneLine(t, 130, "error: CANCELLED: interrupted")
+			if !strings.HasSuffix(r.stdout, partial) {
+				t.Errorf("stdout does not end the partial answer's line:\n%q", r.stdout)
+			}
+		})
+		t.Run("ctrl-c while waiting", func(t *testing.T) {
+			q := hangPrefix + "interrupt unary " + c.lang
+			r := c.runUntil(t, nil, svc.hanging(q), append(base, q)...)
+			r.oneLine(t, 130, "error: CANCELLED: interrupted")
+		})
+		t.Run("cancelled by the server", func(t *testing.T) {
+			r := c.run(t, nil, append(base, cancelledQuestion)...)
+			r.oneLine(t, 1, "error: CANCELLED: the query was cancelled")
+		})
+	})
+}
+
+// TestExampleClientsSpeakTLS runs the clients with --tls against a gateway whose
+// certificate a private CA signed: trusted through the runtime's own setting (gRPC's
+// GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, Node's NODE_EXTRA_CA_CERTS) the question is
+// answered; untrusted, or against a plaintext server, the failure is UNAVAILABLE on one
+// line (not INTERNAL, which QueryService reserves for faults of the gateway, and not
+// followed by gRPC's own log lines), with a hint naming --tls.
+func TestExampleClientsSpeakTLS(t *testing.T) {
+	ca := tlstest.NewCA(t, "quarry-clients")
+	certFile, keyFile := ca.Issue(t, "gateway", "127.0.0.1")
+	creds, err := credentials.NewServerTLSFromFile(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &scriptedQueryService{deltas: []string{"Rotate the key."}}
+	tlsAddr := startScripted(t, svc, grpc.Creds(creds))
+	plainAddr := startScripted(t, svc)
+	trust := []string{"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=" + ca.CertFile, "NODE_EXTRA_CA_CERTS=" + ca.CertFile}
+	q := "How do I rotate the JWT signing key?"
+
+	forEachClient(t, func(t *testing.T, c exampleClient) {
+		t.Run("trusted", func(t *testing.T) {
+			r := c.run(t, trust, "--tls", "--addr", tlsAddr, "--kb", "platform", "--api-key", testAPIKey, q)
+			if r.exit != 0 {
+				t.Fatalf("exit %d, stderr:\n%s", r.exit, r.stderr)
+			}
+			if got := tiers(r.stdout); len(got) != 1 || got[0] != "DIRECT" {
+				t.Errorf("tier lines %q, want [DIRECT]", got)
+			}
+		})
+		for _, tt := range []struct {
+			name, addr string
+		}{{"untrusted certificate", tlsAddr}, {"plaintext server", plainAddr}} {
+			t.Run(tt.name, func(t *testing.T) {
+				r := c.run(t, nil, "--tls", "--addr", tt.addr, "--kb", "platform", "--api-key", testAPIKey, q)
+				r.oneLine(t, 1, "error: UNAVAILABLE: ")
+				if !strings.Contains(r.stderr, "--tls") {
+					t.Errorf("stderr %q: the hint should name --tls", r.stderr)
+				}
+			})
+		}
+	})
+}
+
+func TestExampleClientsRefuseANonPositiveTimeout(t *testing.T) {
+	forEachClient(t, func(t *testing.T, c exampleClient) {
+		for _, timeout := range []string{"0", "-1"} {
+			r := c.run(t, nil, "--addr", closedAddr(t), "--kb", "platform", "--timeout="+timeout, "how do I rotate keys?")
+			if r.exit != 2 || !strings.Contains(r.stderr, "--timeout") {
+				t.Errorf("--timeout %s: exit %d stderr %q, want 2 naming --timeout", timeout, r.exit, r.stderr)
+			}
+		}
+	})
+}
+
+// TestExampleClientsRefuseAMalformedAddress: an --addr that is not HOST:PORT is a usage
+// error (exit 2 naming --addr). Before, Python's gRPC read "127.0.0.1:77OO" as port 77
+// and reported that nothing listened there, and Node threw a stack trace.
+func TestExampleClientsRefuseAMalformedAddress(t *testing.T) {
+	forEachClient(t, func(t *testing.T, c exampleClient) {
+		for _, addr := range []string{"127.0.0.1:77OO", "localhost", ""} {
+			r := c.run(t, nil, "--addr", addr, "--kb", "platform", "--timeout", "2", "how do I rotate keys?")
+			if r.exit != 2 || !strings.Contains(r.stderr, "--addr") || strings.Contains(r.stderr, "    at ") {
+				t.Errorf("--addr %q: exit %d stderr %q, want 2 naming --addr", addr, r.exit, r.stderr)
+			}
+		}
+	})
+}
+
+// TestExampleClientsKeepTheAPIKeyOffPlaintext: as the Go CLI, the clients send a key in
+// plaintext only to a loopback address; to any other address it needs --tls. Refused
+// before any connection (192.0.2.1 is a documentation address nothing answers at).
+func TestExampleClientsKeepTheAPIKeyOffPlaintext(t *testing.T) {
+	forEachClient(t, func(t *testing.T, c exampleClient) {
+		r := c.run(t, nil, "--api-key", "qk_secret_9876", "--addr", "192.0.2.1:7700", "--kb", "platform", "--timeout", "2", "how do I rotate keys?")
+		if r.exit != 2 || !strings.Contains(r.stderr, "--tls") || strings.Contains(r.stdout+r.stderr, "qk_secret_9876") {
+			t.Errorf("key to a remote address in plaintext: exit %d stderr %q, want 2 naming --tls", r.exit, r.stderr)
+		}
+	})
+}
+
+// TestExampleClientsNeverPrintTheAPIKey: a key gRPC cannot send (a control character)
+// is refused before any call, without quoting it; before, Python's traceback and
+// Node's error message both printed "Bearer <key>". A key read from a file with its
+// line break (CRLF included) is sent without it.
+func TestExampleClientsNeverPrintTheAPIKey(t *testing.T) {
+	addr := startScripted(t, &scriptedQueryService{deltas: []string{"Rotate the key."}})
+	q := "How do I rotate the JWT signing key?"
+	const secret = "qk_secret_9876"
+	forEachClient(t, func(t *testing.T, c exampleClient) {
+		for _, key := range []string{secret + "\x01", secret + "\nmore", "qk é " + secret} {
+			for _, how := range []struct {
+				env  []string
+				args []string
+			}{{nil, []string{"--api-key", key}}, {[]string{"QUARRY_API_KEY=" + key}, nil}} {
+				r := c.run(t, how.env, append(how.args, "--addr", addr, "--kb", "platform", q)...)
+				if r.exit != 2 || strings.Contains(r.stdout+r.stderr, secret) {
+					t.Errorf("key %q: exit %d, want 2 without the key; stdout %q stderr %q", key, r.exit, r.stdout, r.stderr)
+				}
+			}
+		}
+		r := c.run(t, []string{"QUARRY_API_KEY=" + testAPIKey + "\r\n"}, "--addr", addr, "--kb", "platform", q)
+		if got := tiers(r.stdout); r.exit != 0 || len(got) != 1 || got[0] != "DIRECT" {
+			t.Errorf("key with a trailing CRLF: exit %d tiers %q stderr %q, want DIRECT", r.exit, got, r.stderr)
+		}
 	})
 }

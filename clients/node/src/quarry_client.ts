@@ -10,7 +10,8 @@
 // through @connectrpc/connect-node's gRPC transport.
 //
 // Exit status: 0 when every question was answered, 1 when a call failed (the gRPC status
-// is printed on stderr as "error: CODE: message"), 2 for a usage error.
+// is printed on stderr as "error: CODE: message"), 2 for a usage error, 130 when
+// interrupted (Ctrl-C).
 
 import { parseArgs } from "node:util";
 import type { Duration } from "@bufbuild/protobuf/wkt";
@@ -26,7 +27,8 @@ const usage = `usage: quarry_client --kb KB [--addr HOST:PORT] [--explain] [--st
   --explain   print the routing trace
   --stream    use QueryStream and print answer text as it arrives
   --api-key   sent as "authorization: Bearer KEY" (default $QUARRY_API_KEY)
-  --tls       connect with TLS (system roots)
+  --tls       connect with TLS, trusting Node's bundled public CAs, not the system's store
+              (a private CA: NODE_EXTRA_CA_CERTS=ca.pem)
   --timeout   seconds per question (default 10)`;
 
 // What a caller can do about each status the QueryService documents, beyond the
@@ -34,11 +36,11 @@ const usage = `usage: quarry_client --kb KB [--addr HOST:PORT] [--explain] [--st
 const hints: Partial<Record<Code, string>> = {
   [Code.InvalidArgument]: "fix the question or the knowledge base id",
   [Code.NotFound]: "this server does not serve that knowledge base",
-  [Code.Unavailable]: "is Quarry running at {addr}?",
+  [Code.Unavailable]: "check that Quarry runs at {addr} and that --tls matches how it serves; safe to retry with backoff",
   [Code.DeadlineExceeded]: "no answer within {timeout}s (--timeout)",
   [Code.Unauthenticated]: "missing or invalid API key (--api-key or QUARRY_API_KEY)",
   [Code.PermissionDenied]: "the API key may not query this knowledge base",
-  [Code.ResourceExhausted]: "rate limited or too large; retry later or shorten the question",
+  [Code.ResourceExhausted]: "over the limit of calls in flight or per second for this caller; retry after the time the message gives",
 };
 
 interface Options {
@@ -75,21 +77,71 @@ function parse(argv: string[]): Options {
   if (!values.kb || positionals.length === 0 || !(timeoutSeconds > 0)) {
     throw new Error("--kb and at least one QUESTION are required; --timeout must be a positive number");
   }
+  if (!validAddr(values.addr!)) throw new Error(`--addr "${values.addr}" is not HOST:PORT`);
+  // A key read from a file may end in a line break. Anything else outside printable
+  // ASCII cannot be sent as a header, and the error would quote the header: the key.
+  const apiKey = values["api-key"]!.replace(/^[ \t\r\n]+|[ \t\r\n]+$/g, "");
+  if (!/^[\x21-\x7e]*$/.test(apiKey)) {
+    throw new Error(
+      "the API key (--api-key or QUARRY_API_KEY) has characters a bearer token cannot have " +
+        "(white space, control or non-ASCII); the key is not shown",
+    );
+  }
+  if (apiKey && !values.tls && !loopback(values.addr!)) {
+    throw new Error(
+      "the API key goes only over --tls or to a loopback address: in plaintext anyone on the path could read it",
+    );
+  }
   return {
     kb: values.kb,
     addr: values.addr!,
     explain: values.explain!,
     stream: values.stream!,
-    apiKey: values["api-key"]!,
+    apiKey,
     tls: values.tls!,
     timeoutSeconds,
     questions: positionals,
   };
 }
 
-// The gRPC status name as every other gRPC library prints it: Code.InvalidArgument → INVALID_ARGUMENT.
+// loopback reports whether HOST:PORT names this machine, where plaintext cannot be
+// overheard.
+function loopback(addr: string): boolean {
+  const host = new URL(`http://${addr}`).hostname.replace(/^\[|\]$/g, "");
+  return host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
+// HOST:PORT, as the URL the transport is given will take it (a typo such as "77OO"
+// made it throw).
+function validAddr(addr: string): boolean {
+  const i = addr.lastIndexOf(":");
+  const port = addr.slice(i + 1);
+  if (i <= 0 || !/^[0-9]{1,5}$/.test(port) || Number(port) < 1 || Number(port) > 65535) return false;
+  try {
+    return new URL(`http://${addr}`).hostname !== "";
+  } catch {
+    return false;
+  }
+}
+
+// The gRPC status name as every other gRPC library prints it: Code.InvalidArgument →
+// INVALID_ARGUMENT, and Connect's Code.Canceled → CANCELLED (gRPC's spelling).
 function codeName(code: Code): string {
+  if (code === Code.Canceled) return "CANCELLED";
   return Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toUpperCase();
+}
+
+// Connect reports a failed TLS handshake (an untrusted or mismatched certificate, a
+// plaintext server) as INTERNAL, which QueryService reserves for faults of the gateway;
+// gRPC's other libraries, and the gRPC spec for a connection that could not be made,
+// say UNAVAILABLE. Node's TLS errors carry an OpenSSL or certificate code.
+function isTLSFailure(err: ConnectError): boolean {
+  const code = (err.cause as { code?: unknown } | undefined)?.code;
+  return (
+    err.code === Code.Internal &&
+    typeof code === "string" &&
+    /^(ERR_SSL_|ERR_TLS_)|CERT|_SIGNATURE$|^UNABLE_TO_|_KEY_USAGE$/.test(code)
+  );
 }
 
 // The tier's name; stubs older than the server may not know it.
@@ -149,6 +201,15 @@ function printExplain(ex: Explain): void {
 // QueryStream ended cleanly but without the final event the API promises.
 class IncompleteStream extends Error {}
 
+// True while streamed answer text is on stdout without its line ended: an error or a
+// Ctrl-C ends the line first, so that what follows starts a line of its own.
+let answerLineOpen = false;
+
+function endAnswerLine(): void {
+  if (answerLineOpen) process.stdout.write("\n");
+  answerLineOpen = false;
+}
+
 async function ask(client: Client<typeof QueryService>, opts: Options, question: string): Promise<void> {
   const request = { knowledgeBase: opts.kb, query: question, explain: opts.explain };
   const callOptions = { timeoutMs: opts.timeoutSeconds * 1000 };
@@ -164,7 +225,7 @@ async function ask(client: Client<typeof QueryService>, opts: Options, question:
     switch (ev.event.case) {
       case "delta":
         if (!streamed) console.log("answer (streamed):");
-        streamed = true;
+        streamed = answerLineOpen = true;
         process.stdout.write(ev.event.value);
         break;
       case "final":
@@ -172,7 +233,7 @@ async function ask(client: Client<typeof QueryService>, opts: Options, question:
         break;
     }
   }
-  if (streamed) process.stdout.write("\n");
+  endAnswerLine();
   if (!final) throw new IncompleteStream("the stream ended without a final response");
   printResponse(final, performance.now() - began, streamed);
 }
@@ -196,6 +257,12 @@ async function main(): Promise<number> {
     });
   }
   const client = createClient(QueryService, createGrpcTransport({ baseUrl, sessionManager, interceptors }));
+  // Ctrl-C: say so on one line, as the failed call it is, rather than vanish mid-line.
+  process.once("SIGINT", () => {
+    endAnswerLine();
+    console.error("error: CANCELLED: interrupted");
+    process.exit(130);
+  });
   try {
     for (const [i, question] of opts.questions.entries()) {
       if (i > 0) console.log();
@@ -204,13 +271,18 @@ async function main(): Promise<number> {
     }
     return 0;
   } catch (err) {
+    endAnswerLine();
     if (err instanceof IncompleteStream) {
       console.error(`error: ${err.message}`);
       return 1;
     }
     if (!(err instanceof ConnectError)) throw err;
-    const hint = (hints[err.code] ?? "").replace("{addr}", opts.addr).replace("{timeout}", String(opts.timeoutSeconds));
-    console.error(`error: ${codeName(err.code)}: ${err.rawMessage}${hint ? ` (${hint})` : ""}`);
+    const code = isTLSFailure(err) ? Code.Unavailable : err.code;
+    const hint = (hints[code] ?? "").replace("{addr}", opts.addr).replace("{timeout}", String(opts.timeoutSeconds));
+    // One line: OpenSSL's messages end in a newline.
+    let message = err.rawMessage.trim().replace(/\s*\n\s*/g, " ");
+    if (code !== err.code) message = `TLS handshake failed: ${message}`;
+    console.error(`error: ${codeName(code)}: ${message}${hint ? ` (${hint})` : ""}`);
     return 1;
   } finally {
     sessionManager.abort();
