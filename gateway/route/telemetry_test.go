@@ -2,10 +2,15 @@ package route
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -118,4 +123,87 @@ func TestQuerySpanReusesTheCallersSpan(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestQueriesAreCountedByTierAndCacheOutcomeAndTimedPerTier: every answered query adds
+// one to quarry.gateway.queries under its tier, the tier that computed it, whether it
+// came from the cache and whether it is degraded, and one measurement to
+// quarry.gateway.query.duration under its tier alone.
+func TestQueriesAreCountedByTierAndCacheOutcomeAndTimedPerTier(t *testing.T) {
+	reader := telemetrytest.Metrics()
+	h := newHarness(t, nil)
+	before := queryMetrics(t, reader)
+	for _, q := range []struct {
+		query        string
+		tier, origin quarryv1.Tier
+		fromCache    bool
+	}{
+		{"How do I rotate keys on node 3?", quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, false},
+		{"How do I rotate keys on node 3?", quarryv1.Tier_TIER_EXACT_CACHE, quarryv1.Tier_TIER_DIRECT, true},
+		{"rotate the keys on node 3", quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, true},
+		{"lasagna recipe", quarryv1.Tier_TIER_OUT_OF_DOMAIN, quarryv1.Tier_TIER_OUT_OF_DOMAIN, false},
+	} {
+		wantTier(t, h.query(q.query), q.tier, q.origin, q.fromCache)
+	}
+	after := queryMetrics(t, reader)
+	for k, want := range map[string]int64{
+		"queries direct/direct/false/false":               1,
+		"queries exact_cache/direct/true/false":           1,
+		"queries fuzzy_cache/direct/true/false":           1,
+		"queries out_of_domain/out_of_domain/false/false": 1,
+		"duration direct":                                 1,
+		"duration exact_cache":                            1,
+		"duration fuzzy_cache":                            1,
+		"duration out_of_domain":                          1,
+	} {
+		if got := after[k] - before[k]; got != want {
+			t.Errorf("%s rose by %d, want %d (before %v, after %v)", k, got, want, before, after)
+		}
+	}
+	for k := range after {
+		if strings.HasPrefix(k, "duration ") && strings.Contains(k, "/") {
+			t.Errorf("query duration broken down by more than the tier: %s", k)
+		}
+	}
+}
+
+// queryMetrics reads the query counter, keyed "queries tier/origin/from_cache/degraded",
+// and the duration histogram's counts, keyed "duration tier" (with "/attr=value" for any
+// other attribute).
+func queryMetrics(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	str := func(s attribute.Set, k string) string { v, _ := s.Value(attribute.Key(k)); return v.Emit() }
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				if m.Name != "quarry.gateway.queries" {
+					continue
+				}
+				for _, p := range d.DataPoints {
+					out[fmt.Sprintf("queries %s/%s/%s/%s", str(p.Attributes, "quarry.tier"), str(p.Attributes, "quarry.origin_tier"),
+						str(p.Attributes, "quarry.from_cache"), str(p.Attributes, "quarry.degraded"))] += p.Value
+				}
+			case metricdata.Histogram[float64]:
+				if m.Name != "quarry.gateway.query.duration" {
+					continue
+				}
+				for _, p := range d.DataPoints {
+					k := "duration " + str(p.Attributes, "quarry.tier")
+					for _, kv := range p.Attributes.ToSlice() {
+						if kv.Key != "quarry.tier" {
+							k += "/" + string(kv.Key) + "=" + kv.Value.Emit()
+						}
+					}
+					out[k] += int64(p.Count)
+				}
+			}
+		}
+	}
+	return out
 }

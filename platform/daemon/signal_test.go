@@ -24,8 +24,11 @@ func drainingChild() {
 }
 
 func TestMain(m *testing.M) {
-	if os.Getenv("QUARRY_DAEMON_TEST_CHILD") == "drain" {
+	switch os.Getenv("QUARRY_DAEMON_TEST_CHILD") {
+	case "drain":
 		drainingChild()
+	case "traced":
+		tracedChild()
 	}
 	os.Exit(m.Run())
 }

@@ -10,6 +10,7 @@
 // served by Handler, and over OTLP as well when OTEL_METRICS_EXPORTER=otlp, or when it is
 // unset and OTEL_EXPORTER_OTLP_ENDPOINT (or ..._METRICS_ENDPOINT) is set. OTLP goes over gRPC
 // unless OTEL_EXPORTER_OTLP_PROTOCOL (or its _TRACES_/_METRICS_ form) says http/protobuf.
+// OTEL_SDK_DISABLED=true exports nothing, whatever the other variables say.
 package telemetry
 
 import (
@@ -20,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -27,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
@@ -41,6 +44,7 @@ import (
 // Config names the service; everything else comes from OTEL_* variables.
 type Config struct {
 	Service string
+	// Version is the service.version; "" takes the build's (see serviceVersion).
 	Version string
 	// SpanExporter, when set, replaces the one the environment selects (tests use an
 	// in-memory exporter). It exports each span as it ends unless Batch is set.
@@ -67,19 +71,31 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
+	attrs := []attribute.KeyValue{semconv.ServiceName(cfg.Service)}
+	if v := serviceVersion(cfg.Version); v != "" {
+		attrs = append(attrs, semconv.ServiceVersion(v))
+	}
 	res, err := resource.New(ctx,
-		resource.WithAttributes(semconv.ServiceName(cfg.Service), semconv.ServiceVersion(cfg.Version)),
+		resource.WithAttributes(attrs...),
 		resource.WithFromEnv(), // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win
 	)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry resource: %w", err)
 	}
 	t := &Telemetry{registry: prometheus.NewRegistry()}
+	// OTEL_SDK_DISABLED=true turns every exporter the environment selects off, whatever
+	// the other OTEL_* variables say (the specification gives it precedence over them;
+	// the Go SDK does not read it). The propagator stays, so a caller's trace context
+	// still passes through, and Prometheus /metrics is still served where -metrics-addr
+	// asks for it: that is a flag of the service, not an SDK exporter.
+	sdkDisabled := strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true")
 	// Checked before anything starts, so a refused setting leaves nothing running.
 	// Values are case-insensitive, as OTEL_TRACES_EXPORTER's are.
-	otlpMetrics, err := metricsOverOTLP(getenv)
-	if err != nil {
-		return nil, fmt.Errorf("telemetry: %w", err)
+	otlpMetrics := false
+	if !sdkDisabled {
+		if otlpMetrics, err = metricsOverOTLP(getenv); err != nil {
+			return nil, fmt.Errorf("telemetry: %w", err)
+		}
 	}
 	metricsProtocol := ""
 	if otlpMetrics {
@@ -89,7 +105,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	}
 
 	exp := cfg.SpanExporter
-	if exp == nil {
+	if exp == nil && !sdkDisabled {
 		if exp, err = spanExporter(ctx, getenv); err != nil {
 			return nil, err
 		}
@@ -153,6 +169,44 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	otel.SetMeterProvider(t.meter)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	return t, nil
+}
+
+// serviceVersion is the service.version of the resource: the one the program gives,
+// else the build's (its module version, or for a development build the VCS revision
+// the binary was built from, "-dirty" when it had local changes), else "" and the
+// resource has none; an empty service.version would say nothing and hide an
+// OTEL_RESOURCE_ATTRIBUTES-less deployment's missing version.
+func serviceVersion(given string) string {
+	if given != "" {
+		return given
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev string
+	var dirty bool
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return ""
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return rev
 }
 
 // The OTLP transports, as OTEL_EXPORTER_OTLP_PROTOCOL names them.

@@ -71,36 +71,7 @@ func TestOneTraceAcrossAGRPCHop(t *testing.T) {
 	}
 	defer tel.Shutdown(context.Background())
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpcx.NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go s.Serve(ctx, lis)
-	conn, err := grpcx.Dial(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-
-	tctx, root := otel.Tracer("test").Start(context.Background(), "root")
-	cctx, ccancel := context.WithTimeout(tctx, 5*time.Second)
-	// Reflection is registered on every grpcx server: a real RPC to trace.
-	stream, err := grpc_reflection_v1.NewServerReflectionClient(conn).ServerReflectionInfo(cctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.Send(&grpc_reflection_v1.ServerReflectionRequest{MessageRequest: &grpc_reflection_v1.ServerReflectionRequest_ListServices{}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := stream.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	stream.CloseSend()
-	ccancel()
-	root.End()
+	root := tracedReflectionCall(t, slog.New(slog.NewTextHandler(io.Discard, nil)))
 
 	deadline := time.Now().Add(5 * time.Second)
 	for len(exp.GetSpans()) < 3 && time.Now().Before(deadline) {
@@ -221,4 +192,44 @@ func TestOTLPEndpointExportsSpans(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tracedReflectionCall serves a grpcx server that logs to log, makes one call to it
+// (reflection is registered on every grpcx server: a real RPC to trace) within a new
+// root span, and returns that span, ended.
+func tracedReflectionCall(t *testing.T, log *slog.Logger) trace.Span {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpcx.NewServer(log)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go s.Serve(ctx, lis)
+	conn, err := grpcx.Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	tctx, root := otel.Tracer("test").Start(context.Background(), "root")
+	defer root.End()
+	cctx, ccancel := context.WithTimeout(tctx, 5*time.Second)
+	defer ccancel()
+	stream, err := grpc_reflection_v1.NewServerReflectionClient(conn).ServerReflectionInfo(cctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&grpc_reflection_v1.ServerReflectionRequest{MessageRequest: &grpc_reflection_v1.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	stream.CloseSend()
+	if _, err := stream.Recv(); err != io.EOF {
+		t.Fatalf("stream end: %v", err)
+	}
+	return root
 }

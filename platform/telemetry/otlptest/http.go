@@ -8,9 +8,11 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -45,7 +47,12 @@ func (c *Collector) exportHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := c.take(r.Context(), data); err != nil {
+	// The headers reach Export as gRPC metadata would, for Header.
+	md := metadata.MD{}
+	for k, v := range r.Header {
+		md[strings.ToLower(k)] = v
+	}
+	if err := c.take(metadata.NewIncomingContext(r.Context(), md), data); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}

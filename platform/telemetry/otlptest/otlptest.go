@@ -19,6 +19,7 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 )
 
 // Span is one span as the collector received it.
@@ -47,6 +48,7 @@ type Collector struct {
 	metrics  map[string]int  // metric name → requests that carried it
 	total    int
 	exports  int
+	headers  map[string]string // of the last trace export, by lower-case name
 }
 
 // Start runs a collector that keeps every span it receives.
@@ -90,10 +92,16 @@ func start(tb testing.TB, keep bool) *Collector {
 func (c *Collector) Endpoint() string { return "http://" + c.addr }
 
 // Export implements the OTLP trace service.
-func (c *Collector) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+func (c *Collector) Export(ctx context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.exports++
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		c.headers = map[string]string{}
+		for k, v := range md {
+			c.headers[strings.ToLower(k)] = strings.Join(v, ",")
+		}
+	}
 	c.requests = append(c.requests, req)
 	for _, rs := range req.GetResourceSpans() {
 		service := ""
@@ -121,6 +129,14 @@ func (c *Collector) Export(_ context.Context, req *coltracepb.ExportTraceService
 		}
 	}
 	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// Header is the value of the named header (gRPC metadata, or HTTP header) of the last
+// trace export a keeping collector received; "" when it had none.
+func (c *Collector) Header(name string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.headers[strings.ToLower(name)]
 }
 
 // Spans returns the spans kept so far.
