@@ -356,3 +356,33 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// versionRE finds the build's -X flag that stamps the VERSION build argument.
+var versionRE = regexp.MustCompile(`-X (\S+)\.(\w+)=\$\{VERSION\}`)
+
+// TestImagesStampTheirVersion: each image's build sets the variable the telemetry
+// reads service.version from. The linker ignores -X for a variable that does not
+// exist, so a renamed one would leave every span without a version, silently.
+func TestImagesStampTheirVersion(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, df := range images {
+		raw, err := os.ReadFile(filepath.Join(root, df))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := versionRE.FindStringSubmatch(string(raw))
+		if m == nil || !strings.Contains(string(raw), "ARG VERSION") {
+			t.Errorf("%s: no ARG VERSION stamped with -ldflags -X pkg.var=${VERSION}", df)
+			continue
+		}
+		cmd := exec.Command("go", "doc", "-u", m[1], m[2])
+		cmd.Dir = filepath.Join(root, "platform")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "var "+m[2]+" string") {
+			t.Errorf("%s (%s): -X %s.%s names no string variable: %v\n%s", df, name, m[1], m[2], err, out)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,18 +30,25 @@ func TestResourceNamesTheService(t *testing.T) {
 		env     map[string]string
 		want    map[string]string
 		noEmpty []string // attributes that must be absent or non-empty
+		build   string   // the image build's version (-ldflags -X buildVersion)
 	}{
 		{"the program's name and version", Config{Service: "quarry-gateway", Version: "1.2.3"}, nil,
-			map[string]string{"service.name": "quarry-gateway", "service.version": "1.2.3"}, nil},
+			map[string]string{"service.name": "quarry-gateway", "service.version": "1.2.3"}, nil, ""},
 		{"OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win",
 			Config{Service: "quarry-gateway", Version: "1.2.3"},
 			map[string]string{"OTEL_SERVICE_NAME": "gw-eu", "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=prod,service.version=9.9,service.name=ignored"},
-			map[string]string{"service.name": "gw-eu", "service.version": "9.9", "deployment.environment.name": "prod"}, nil},
+			map[string]string{"service.name": "gw-eu", "service.version": "9.9", "deployment.environment.name": "prod"}, nil, "v0.1.0"},
 		{"no version given", Config{Service: "quarry-search"}, nil,
-			map[string]string{"service.name": "quarry-search"}, []string{"service.version"}},
+			map[string]string{"service.name": "quarry-search"}, []string{"service.version"}, ""},
+		{"the image build's version", Config{Service: "quarry-agent"}, nil,
+			map[string]string{"service.name": "quarry-agent", "service.version": "v0.1.0"}, nil, "v0.1.0"},
+		{"the program's version over the image build's", Config{Service: "quarry-agent", Version: "1.2.3"}, nil,
+			map[string]string{"service.version": "1.2.3"}, nil, "v0.1.0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			defer func(v string) { buildVersion = v }(buildVersion)
+			buildVersion = tt.build
 			// resource.WithFromEnv reads the process environment.
 			t.Setenv("OTEL_SERVICE_NAME", tt.env["OTEL_SERVICE_NAME"])
 			t.Setenv("OTEL_RESOURCE_ATTRIBUTES", tt.env["OTEL_RESOURCE_ATTRIBUTES"])
@@ -268,4 +276,45 @@ func (b *syncBuffer) Reset() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.buf.Reset()
+}
+
+// TestPropagatorsFollowOTELPropagators: the headers trace context travels in are the
+// ones OTEL_PROPAGATORS names, so a caller or mesh speaking B3 or Jaeger keeps one
+// trace; an unknown name refuses the set-up instead of cutting every trace.
+func TestPropagatorsFollowOTELPropagators(t *testing.T) {
+	tests := []struct {
+		value   string
+		fields  []string // the headers the propagator reads and writes
+		wantErr bool
+	}{
+		{"", []string{"baggage", "traceparent", "tracestate"}, false},
+		{"tracecontext", []string{"traceparent", "tracestate"}, false},
+		{" B3 ", []string{"b3"}, false},
+		{"b3multi", []string{"x-b3-flags", "x-b3-sampled", "x-b3-spanid", "x-b3-traceid"}, false},
+		{"tracecontext,jaeger", []string{"traceparent", "tracestate", "uber-trace-id"}, false},
+		{"none", nil, false},
+		{"zipkin", nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			env := map[string]string{"OTEL_PROPAGATORS": tt.value}
+			tel, err := Setup(context.Background(), Config{Service: "test", Getenv: func(k string) string { return env[k] }})
+			if tt.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "OTEL_PROPAGATORS") {
+					tel.Shutdown(context.Background())
+					t.Fatalf("Setup = %v, want an error naming OTEL_PROPAGATORS", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tel.Shutdown(context.Background())
+			got := otel.GetTextMapPropagator().Fields()
+			slices.Sort(got)
+			if !slices.Equal(got, tt.fields) {
+				t.Errorf("propagated headers %q, want %q", got, tt.fields)
+			}
+		})
+	}
 }

@@ -11,6 +11,8 @@
 // unset and OTEL_EXPORTER_OTLP_ENDPOINT (or ..._METRICS_ENDPOINT) is set. OTLP goes over gRPC
 // unless OTEL_EXPORTER_OTLP_PROTOCOL (or its _TRACES_/_METRICS_ form) says http/protobuf.
 // OTEL_SDK_DISABLED=true exports nothing, whatever the other variables say.
+// Trace context travels in the headers OTEL_PROPAGATORS names (default W3C tracecontext and
+// baggage; b3, b3multi, jaeger, xray and ottrace too).
 package telemetry
 
 import (
@@ -28,6 +30,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/propagators/autoprop"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
@@ -91,6 +94,10 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	sdkDisabled := strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true")
 	// Checked before anything starts, so a refused setting leaves nothing running.
 	// Values are case-insensitive, as OTEL_TRACES_EXPORTER's are.
+	prop, err := propagators(getenv)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
 	otlpMetrics := false
 	if !sdkDisabled {
 		if otlpMetrics, err = metricsOverOTLP(getenv); err != nil {
@@ -167,18 +174,48 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		otel.SetTracerProvider(t.tracer)
 	}
 	otel.SetMeterProvider(t.meter)
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	otel.SetTextMapPropagator(prop)
 	return t, nil
 }
 
+// propagators reads OTEL_PROPAGATORS: tracecontext and baggage when unset, as the
+// specification says; also b3, b3multi, jaeger, xray, ottrace and none, so that a caller
+// or a mesh that passes trace context in B3 or Jaeger headers keeps one trace through
+// Quarry. An unknown name is refused: silently dropping it would cut every trace.
+func propagators(getenv func(string) string) (propagation.TextMapPropagator, error) {
+	v := strings.TrimSpace(getenv("OTEL_PROPAGATORS"))
+	if v == "" {
+		return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}), nil
+	}
+	var names []string
+	for _, n := range strings.Split(v, ",") {
+		if n = strings.ToLower(strings.TrimSpace(n)); n != "" {
+			names = append(names, n)
+		}
+	}
+	p, err := autoprop.TextMapPropagator(names...)
+	if err != nil {
+		return nil, fmt.Errorf("OTEL_PROPAGATORS=%q: %w (want a list of tracecontext, baggage, b3, b3multi, jaeger, xray, ottrace, or none)", v, err)
+	}
+	return p, nil
+}
+
+// buildVersion is set by image builds, which have no .git for the build information to
+// read: -ldflags "-X github.com/quarry-router/quarry/platform/telemetry.buildVersion=v1.2.3"
+// (the Dockerfiles' VERSION argument).
+var buildVersion string
+
 // serviceVersion is the service.version of the resource: the one the program gives,
-// else the build's (its module version, or for a development build the VCS revision
+// else the one the image build set (buildVersion), else the build's (its module version, or for a development build the VCS revision
 // the binary was built from, "-dirty" when it had local changes), else "" and the
 // resource has none; an empty service.version would say nothing and hide an
 // OTEL_RESOURCE_ATTRIBUTES-less deployment's missing version.
 func serviceVersion(given string) string {
 	if given != "" {
 		return given
+	}
+	if buildVersion != "" {
+		return buildVersion
 	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
