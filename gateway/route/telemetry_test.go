@@ -176,7 +176,7 @@ func queryMetrics(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
 	if err := r.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	str := func(s attribute.Set, k string) string { v, _ := s.Value(attribute.Key(k)); return v.Emit() }
+	str := func(s attribute.Set, k string) string { v, _ := s.Value(attribute.Key(k)); return v.String() }
 	out := map[string]int64{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
@@ -197,7 +197,7 @@ func queryMetrics(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
 					k := "duration " + str(p.Attributes, "quarry.tier")
 					for _, kv := range p.Attributes.ToSlice() {
 						if kv.Key != "quarry.tier" {
-							k += "/" + string(kv.Key) + "=" + kv.Value.Emit()
+							k += "/" + string(kv.Key) + "=" + kv.Value.String()
 						}
 					}
 					out[k] += int64(p.Count)

@@ -70,7 +70,7 @@ func TestResourceNamesTheService(t *testing.T) {
 			got := map[string]string{}
 			present := map[string]bool{}
 			for _, kv := range spans[0].Resource.Attributes() {
-				got[string(kv.Key)] = kv.Value.Emit()
+				got[string(kv.Key)] = kv.Value.String()
 				present[string(kv.Key)] = true
 			}
 			for k, v := range tt.want {

@@ -98,7 +98,7 @@ func TestAnswersAreTraced(t *testing.T) {
 				}
 				attrs := map[string]string{}
 				for _, a := range s.Attributes {
-					attrs[string(a.Key)] = a.Value.Emit()
+					attrs[string(a.Key)] = a.Value.String()
 				}
 				for k, v := range w.attrs {
 					if attrs[k] != v {

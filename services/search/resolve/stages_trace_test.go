@@ -121,7 +121,7 @@ func TestStagesThatSearchOrDecideAreSpans(t *testing.T) {
 func spanAttrs(s tracetest.SpanStub) map[string]string {
 	m := map[string]string{}
 	for _, a := range s.Attributes {
-		m[string(a.Key)] = a.Value.Emit()
+		m[string(a.Key)] = a.Value.String()
 	}
 	return m
 }
