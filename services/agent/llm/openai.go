@@ -86,6 +86,9 @@ func (p *OpenAI) chat(ctx context.Context, req loop.ChatRequest, onDelta func(st
 	if err != nil {
 		return nil, &loop.ProviderError{Summary: "the request could not be encoded", Err: err}
 	}
+	// failed counts the attempts that failed in a way -llm-max-retries bounds; the one
+	// that learns the endpoint refuses stream_options is not among them.
+	failed := 0
 	for attempt := 1; ; attempt++ {
 		resp, emitted, err := p.attempt(ctx, body, onDelta)
 		if err == nil {
@@ -111,14 +114,15 @@ func (p *OpenAI) chat(ctx context.Context, req loop.ChatRequest, onDelta func(st
 			}
 			continue
 		}
+		failed++
 		retry, what, _ := classify(err, p.cfg)
 		if emitted {
 			return nil, &loop.ProviderError{Summary: "the answer stream broke off after it had started", Err: err}
 		}
-		if !retry || attempt > p.cfg.MaxRetries {
+		if !retry || failed > p.cfg.MaxRetries {
 			return nil, &loop.ProviderError{Summary: fmt.Sprintf("%s after %d %s", what, attempt, plural(attempt, "attempt", "attempts")), Err: err}
 		}
-		delay, ok := p.delay(err, attempt)
+		delay, ok := p.delay(err, failed)
 		if !ok {
 			return nil, &loop.ProviderError{Summary: what + "; the server asked to wait longer than -llm-max-retry-delay", Err: err}
 		}

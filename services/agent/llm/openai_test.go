@@ -469,3 +469,17 @@ func TestAnEndpointThatRefusesStreamOptionsIsAskedWithout(t *testing.T) {
 		})
 	}
 }
+
+// Learning that the endpoint refuses stream_options costs no retry: with
+// -llm-max-retries 1, a server error after it is still retried once.
+func TestTheStreamOptionsRefusalCostsNoRetry(t *testing.T) {
+	azure := `{"error":{"message":"Unrecognized request argument supplied: stream_options","type":"invalid_request_error","param":null,"code":null}}`
+	srv := llmtest.New(t, llmtest.Turn{Status: 400, Body: azure}, llmtest.Turn{Status: 503}, llmtest.Turn{Content: "ok"})
+	cfg := testConfig(srv.BaseURL())
+	cfg.MaxRetries = 1
+	onDelta, _ := collect(t)
+	resp, err := New(cfg).Chat(context.Background(), chatRequest(), onDelta)
+	if err != nil || resp.Content != "ok" || resp.Attempts != 3 {
+		t.Fatalf("Chat = %+v, %v; want ok after 3 requests (refusal, 503, success)", resp, err)
+	}
+}
