@@ -145,7 +145,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description="Ask Quarry questions over gRPC.")
     p.add_argument("questions", nargs="+", metavar="QUESTION", help="asked in turn on one channel")
     p.add_argument("--kb", required=True, help="knowledge base id, e.g. platform")
-    p.add_argument("--addr", default=os.environ.get("QUARRY_ADDR", "127.0.0.1:7700"),
+    p.add_argument("--addr", default=os.environ.get("QUARRY_ADDR") or "127.0.0.1:7700",
                    help="gateway host:port (default $QUARRY_ADDR or 127.0.0.1:7700)")
     p.add_argument("--explain", action="store_true", help="print the routing trace")
     p.add_argument("--stream", action="store_true", help="use QueryStream and print answer text as it arrives")
@@ -199,3 +199,10 @@ if __name__ == "__main__":
     except KeyboardInterrupt:
         print("error: CANCELLED: interrupted", file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:
+        # The reader went away (| head -1): stop quietly, as command-line tools do. Not
+        # SIGPIPE's default action, which would also end the process when a gRPC socket
+        # breaks (Python's signal docs); stdout goes to /dev/null so the interpreter's
+        # own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)

@@ -114,12 +114,9 @@ func (c exampleClient) run(t *testing.T, env []string, args ...string) clientRun
 	return c.runUntil(t, env, nil, args...)
 }
 
-// runUntil is run that sends the client an interrupt (Ctrl-C) once interrupt is
-// closed; a nil interrupt never does.
-func (c exampleClient) runUntil(t *testing.T, env []string, interrupt <-chan struct{}, args ...string) clientRun {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+// command is the client's command line with args, in this environment less the
+// variables the clients read, plus env.
+func (c exampleClient) command(ctx context.Context, env []string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, c.cmd[0], append(c.cmd[1:], args...)...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "QUARRY_API_KEY=") && !strings.HasPrefix(kv, "QUARRY_ADDR=") &&
@@ -129,6 +126,16 @@ func (c exampleClient) runUntil(t *testing.T, env []string, interrupt <-chan str
 	}
 	cmd.Env = append(cmd.Env, "PYTHONDONTWRITEBYTECODE=1")
 	cmd.Env = append(cmd.Env, env...)
+	return cmd
+}
+
+// runUntil is run that sends the client an interrupt (Ctrl-C) once interrupt is
+// closed; a nil interrupt never does.
+func (c exampleClient) runUntil(t *testing.T, env []string, interrupt <-chan struct{}, args ...string) clientRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := c.command(ctx, env, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
@@ -547,6 +554,12 @@ func TestExampleClientsRefuseAMalformedAddress(t *testing.T) {
 				t.Errorf("--addr %q: exit %d stderr %q, want 2 naming --addr", addr, r.exit, r.stderr)
 			}
 		}
+		// An empty QUARRY_ADDR counts as unset in both clients: the default address is asked
+		// (whatever answers there, the command line itself is no mistake).
+		r := c.run(t, []string{"QUARRY_ADDR="}, "--kb", "platform", "--timeout", "2", "how do I rotate keys?")
+		if r.exit == 2 || strings.Contains(r.stderr, "HOST:PORT") {
+			t.Errorf("QUARRY_ADDR empty: exit %d stderr %q, want the default address asked", r.exit, r.stderr)
+		}
 	})
 }
 
@@ -585,6 +598,33 @@ func TestExampleClientsNeverPrintTheAPIKey(t *testing.T) {
 		r := c.run(t, []string{"QUARRY_API_KEY=" + testAPIKey + "\r\n"}, "--addr", addr, "--kb", "platform", q)
 		if got := tiers(r.stdout); r.exit != 0 || len(got) != 1 || got[0] != "DIRECT" {
 			t.Errorf("key with a trailing CRLF: exit %d tiers %q stderr %q, want DIRECT", r.exit, got, r.stderr)
+		}
+	})
+}
+
+// TestExampleClientsStopQuietlyWhenTheReaderGoes: piped into a reader that stops early
+// (`| head -1`), a client ends without a traceback or a stack, as command-line tools
+// do; Python printed a BrokenPipeError traceback.
+func TestExampleClientsStopQuietlyWhenTheReaderGoes(t *testing.T) {
+	addr := startScripted(t, &scriptedQueryService{deltas: []string{"Rotate the key."}})
+	forEachClient(t, func(t *testing.T, c exampleClient) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close() // the reader is gone before the client writes
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := c.command(ctx, nil, "--addr", addr, "--kb", "platform", "How do I rotate the JWT signing key?", "How do I rotate the JWT signing key?")
+		var stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = w, &stderr
+		err = cmd.Run()
+		w.Close()
+		if ctx.Err() != nil {
+			t.Fatalf("the client did not end within 30s: %v", err)
+		}
+		if s := stderr.String(); strings.Contains(s, "Traceback") || strings.Contains(s, "    at ") || strings.Contains(s, "EPIPE") {
+			t.Errorf("stderr %q, want no traceback when the reader is gone", s)
 		}
 	})
 }
