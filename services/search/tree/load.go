@@ -62,12 +62,7 @@ func Load(ctx context.Context, root string, cfg Config, log *slog.Logger) (*Tree
 		return nil, fmt.Errorf("load %s: %w", root, err)
 	}
 	t := newTree(root, l.docs, l.skipped)
-	if len(l.refused) > 0 {
-		t.refused = make(map[string]bool, len(l.refused))
-		for _, p := range l.refused {
-			t.refused[p] = true
-		}
-	}
+	t.refused = l.refused
 	return t, nil
 }
 
@@ -91,7 +86,7 @@ type loader struct {
 	skipped  []Skip
 	// refused are the markdown files read and refused (size, encoding, front matter):
 	// they count toward MaxFiles like the loaded ones.
-	refused []string
+	refused map[string]bool
 	// raw lists archived originals too, for ReadFiles, which reads files unparsed.
 	raw bool
 }
@@ -205,7 +200,10 @@ func (l *loader) readAll() error {
 		r := results[i]
 		if r.err != nil {
 			l.skip(p, r.err.Error())
-			l.refused = append(l.refused, p)
+			if l.refused == nil {
+				l.refused = map[string]bool{}
+			}
+			l.refused[p] = true
 			continue
 		}
 		for _, n := range r.notes {
