@@ -74,6 +74,7 @@ func syncCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return statusError(err)
 	}
 	if err := stream.Send(&quarryv1.SyncFilesRequest{Message: &quarryv1.SyncFilesRequest_Header{Header: &quarryv1.SyncFilesHeader{KnowledgeBase: *kbID, KeepMissing: *keep}}}); err != nil {
+		_, err = stream.CloseAndRecv() // Send says only io.EOF; this says why
 		return statusError(err)
 	}
 	bar := progressbar.NewOptions(len(files), progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("uploading"),

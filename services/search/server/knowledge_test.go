@@ -190,12 +190,15 @@ func syncFiles(ctx context.Context, c quarryv1.KnowledgeServiceClient, id string
 	if err != nil {
 		return nil, err
 	}
+	// Send says only io.EOF once the server has ended the stream (as it does for a
+	// stream over its bound, often before the client has sent everything); the status
+	// is what CloseAndRecv returns, as a real client would read it.
 	if err := stream.Send(&quarryv1.SyncFilesRequest{Message: &quarryv1.SyncFilesRequest_Header{Header: &quarryv1.SyncFilesHeader{KnowledgeBase: id, KeepMissing: keep}}}); err != nil {
-		return nil, err
+		return stream.CloseAndRecv()
 	}
 	for _, f := range files {
 		if err := stream.Send(&quarryv1.SyncFilesRequest{Message: &quarryv1.SyncFilesRequest_File{File: &quarryv1.UploadedFile{Path: f[0], Content: []byte(f[1])}}}); err != nil {
-			return nil, err
+			break
 		}
 	}
 	return stream.CloseAndRecv()
