@@ -3,7 +3,9 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -273,5 +276,49 @@ func TestRefusedSetupLeavesNothingRunning(t *testing.T) {
 		if after > before {
 			t.Errorf("%v: %d goroutines after five refused setups, %d before", bad, after, before)
 		}
+	}
+}
+
+// OTEL_TRACES_EXPORTER is a comma-separated list, as the specification has it:
+// "otlp,console" was refused at start, so a team could not watch spans in a pod's log
+// while they also went to the collector. Each exporter now gets every span, and
+// "otlp,prometheus" for metrics pushes them over OTLP.
+func TestExporterListsSendToEach(t *testing.T) {
+	col := otlptest.Start(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.Endpoint()) // the SDK's exporters read it themselves
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = w // the console exporter writes to the stderr it finds at Setup
+	env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": col.Endpoint(), "OTEL_TRACES_EXPORTER": "otlp, console", "OTEL_METRICS_EXPORTER": "prometheus,otlp"}
+	tel, err := Setup(context.Background(), Config{Service: "test", Getenv: func(k string) string { return env[k] }})
+	os.Stderr = stderr
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer otel.SetMeterProvider(metricnoop.NewMeterProvider())
+	defer otel.SetTracerProvider(noop.NewTracerProvider())
+	_, span := tel.TracerProvider().Tracer("test").Start(context.Background(), "quarry.test.listed")
+	span.End()
+	c, _ := otel.Meter("test").Int64Counter("quarry.test.calls")
+	c.Add(context.Background(), 1)
+	if err := tel.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	printed, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, named := col.Count("quarry.test.listed"); named != 1 {
+		t.Errorf("the collector got %d spans named quarry.test.listed, want 1", named)
+	}
+	if !strings.Contains(string(printed), "quarry.test.listed") {
+		t.Errorf("the console exporter printed %q, want the span", printed)
+	}
+	if got := col.Metrics(); got["quarry.test.calls"] == 0 {
+		t.Errorf("OTEL_METRICS_EXPORTER=prometheus,otlp pushed no metrics over OTLP (%v)", got)
 	}
 }

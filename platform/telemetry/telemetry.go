@@ -2,7 +2,8 @@
 // standard OTEL_* environment variables, so one trace spans gateway → search → agent →
 // LLM and every service exports the same way.
 //
-// Tracing is off unless asked for: OTEL_TRACES_EXPORTER=otlp|console, or an
+// Tracing is off unless asked for: OTEL_TRACES_EXPORTER=otlp, console or both
+// (otlp,console), or an
 // OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) being set, turns it on. The
 // sampler follows OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (default parent-based
 // always-on; a value the SDK would silently replace stops Setup), the resource
@@ -24,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -111,9 +113,12 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		}
 	}
 
-	exp := cfg.SpanExporter
-	if exp == nil && !sdkDisabled {
-		if exp, err = spanExporter(ctx, getenv); err != nil {
+	var exps []sdktrace.SpanExporter
+	switch {
+	case cfg.SpanExporter != nil:
+		exps = []sdktrace.SpanExporter{cfg.SpanExporter}
+	case !sdkDisabled:
+		if exps, err = spanExporters(ctx, getenv); err != nil {
 			return nil, err
 		}
 	}
@@ -122,13 +127,15 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	// embedding program that runs without telemetry).
 	stop := func(err error) (*Telemetry, error) {
 		if t.tracer != nil {
-			_ = t.tracer.Shutdown(ctx) // shuts its exporter down too
-		} else if exp != nil && cfg.SpanExporter == nil {
-			_ = exp.Shutdown(ctx)
+			_ = t.tracer.Shutdown(ctx) // shuts its exporters down too
+		} else if cfg.SpanExporter == nil {
+			for _, exp := range exps {
+				_ = exp.Shutdown(ctx)
+			}
 		}
 		return nil, err
 	}
-	if exp != nil {
+	if len(exps) > 0 {
 		t.Tracing = true
 		sampler, err := samplerFromEnv(getenv)
 		if err != nil {
@@ -138,12 +145,16 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		if err != nil {
 			return stop(fmt.Errorf("telemetry: %w", err))
 		}
-		proc := sdktrace.WithSpanProcessor(newBatcher(exp, bc))
-		if cfg.SpanExporter != nil && !cfg.Batch {
-			// Tests read spans as soon as a call returns.
-			proc = sdktrace.WithSyncer(exp)
+		opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(sampler)}
+		for _, exp := range exps {
+			proc := sdktrace.WithSpanProcessor(newBatcher(exp, bc))
+			if cfg.SpanExporter != nil && !cfg.Batch {
+				// Tests read spans as soon as a call returns.
+				proc = sdktrace.WithSyncer(exp)
+			}
+			opts = append(opts, proc)
 		}
-		t.tracer = sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSampler(sampler), proc)
+		t.tracer = sdktrace.NewTracerProvider(opts...)
 	}
 
 	prom, err := otelprom.New(otelprom.WithRegisterer(t.registry))
@@ -288,32 +299,82 @@ func otlpConfigured(getenv func(string) string, signal string) bool {
 }
 
 // metricsOverOTLP reports whether metrics are pushed over OTLP, beside the Prometheus
-// endpoint that is always served: OTEL_METRICS_EXPORTER=otlp, or unset with an OTLP
-// endpoint for metrics; prometheus or none push nothing. Values are read as
-// OTEL_TRACES_EXPORTER's are, and one the service cannot honour stops it at start.
+// endpoint that is always served: OTEL_METRICS_EXPORTER=otlp (or a comma-separated list
+// holding otlp), or unset with an OTLP endpoint for metrics; prometheus or none push
+// nothing. Values are read as OTEL_TRACES_EXPORTER's are, and one the service cannot
+// honour stops it at start.
 func metricsOverOTLP(getenv func(string) string) (bool, error) {
-	switch kind := strings.ToLower(strings.TrimSpace(getenv("OTEL_METRICS_EXPORTER"))); kind {
-	case "":
+	v := strings.ToLower(strings.TrimSpace(getenv("OTEL_METRICS_EXPORTER")))
+	if v == "" {
 		return otlpConfigured(getenv, "METRICS"), nil
-	case "otlp":
-		return true, nil
-	case "prometheus", "none":
-		return false, nil
-	default:
-		return false, fmt.Errorf("OTEL_METRICS_EXPORTER=%q: want otlp, prometheus or none (Prometheus metrics are always served)", kind)
 	}
+	otlp, none, n := false, false, 0
+	for _, k := range strings.Split(v, ",") {
+		switch k = strings.TrimSpace(k); k {
+		case "":
+			continue
+		case "otlp":
+			otlp = true
+		case "none":
+			none = true
+		case "prometheus":
+		default:
+			return false, fmt.Errorf("OTEL_METRICS_EXPORTER=%q: want otlp, prometheus or none, or a comma-separated list of otlp and prometheus (Prometheus metrics are always served)", v)
+		}
+		n++
+	}
+	if none && n > 1 {
+		return false, fmt.Errorf("OTEL_METRICS_EXPORTER=%q: none pushes nothing, and cannot be listed with other exporters", v)
+	}
+	return otlp, nil
 }
 
-// spanExporter picks the exporter OTEL_TRACES_EXPORTER names; unset means OTLP when an
-// OTLP endpoint is configured and nothing otherwise.
-func spanExporter(ctx context.Context, getenv func(string) string) (sdktrace.SpanExporter, error) {
-	kind := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")))
-	if kind == "" && otlpConfigured(getenv, "TRACES") {
-		kind = "otlp"
+// spanExporters builds the exporters OTEL_TRACES_EXPORTER names: a comma-separated
+// list, as the specification has it (otlp,console sends spans to a collector and shows
+// them in the log at once), each name once; none, alone, turns tracing off. Unset means
+// OTLP when an OTLP endpoint is configured and nothing otherwise. A name the service
+// cannot honour stops it at start, and whatever was built before it is shut down.
+func spanExporters(ctx context.Context, getenv func(string) string) ([]sdktrace.SpanExporter, error) {
+	v := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")))
+	if v == "" && otlpConfigured(getenv, "TRACES") {
+		v = "otlp"
 	}
+	var kinds []string
+	for _, k := range strings.Split(v, ",") {
+		if k = strings.TrimSpace(k); k != "" && !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+	}
+	for _, k := range kinds {
+		switch k {
+		case "otlp", "console":
+		case "none":
+			if len(kinds) > 1 {
+				return nil, fmt.Errorf("OTEL_TRACES_EXPORTER=%q: none turns tracing off, and cannot be listed with other exporters", v)
+			}
+		default:
+			return nil, fmt.Errorf("OTEL_TRACES_EXPORTER=%q: want otlp, console or none, or a comma-separated list of otlp and console", v)
+		}
+	}
+	var exps []sdktrace.SpanExporter
+	for _, k := range kinds {
+		exp, err := spanExporter(ctx, getenv, k)
+		if err != nil {
+			for _, e := range exps {
+				_ = e.Shutdown(ctx)
+			}
+			return nil, err
+		}
+		if exp != nil {
+			exps = append(exps, exp)
+		}
+	}
+	return exps, nil
+}
+
+// spanExporter builds one exporter of OTEL_TRACES_EXPORTER's list: nil for none.
+func spanExporter(ctx context.Context, getenv func(string) string, kind string) (sdktrace.SpanExporter, error) {
 	switch kind {
-	case "", "none":
-		return nil, nil
 	case "otlp":
 		protocol, err := otlpProtocol(getenv, "TRACES")
 		if err != nil {
@@ -331,7 +392,7 @@ func spanExporter(ctx context.Context, getenv func(string) string) (sdktrace.Spa
 		}
 		return exp, nil
 	default:
-		return nil, fmt.Errorf("OTEL_TRACES_EXPORTER=%q: want otlp, console or none", kind)
+		return nil, nil
 	}
 }
 

@@ -39,6 +39,11 @@ func TestExporterFromEnvironment(t *testing.T) {
 		{"an unknown protocol is an error", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "udp"}, false, true},
 		{"the traces protocol is the one that counts for traces", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "thrift", "OTEL_METRICS_EXPORTER": "none"}, false, true},
 		{"an unknown metrics exporter is an error", map[string]string{"OTEL_METRICS_EXPORTER": "console"}, false, true},
+		{"a list of exporters", map[string]string{"OTEL_TRACES_EXPORTER": "console, OTLP", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_METRICS_EXPORTER": "none"}, true, false},
+		{"a name twice is one exporter", map[string]string{"OTEL_TRACES_EXPORTER": "console,console"}, true, false},
+		{"none cannot be listed with others", map[string]string{"OTEL_TRACES_EXPORTER": "none,console"}, false, true},
+		{"an unknown exporter in a list is an error", map[string]string{"OTEL_TRACES_EXPORTER": "otlp,zipkin", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"}, false, true},
+		{"none cannot be listed with other metrics exporters", map[string]string{"OTEL_METRICS_EXPORTER": "otlp,none"}, false, true},
 		{"the metrics protocol is checked too", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/json"}, false, true},
 	}
 	for _, tt := range tests {
