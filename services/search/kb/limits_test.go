@@ -78,6 +78,31 @@ func TestWritesKeepTheKnowledgeBaseWithinMaxFiles(t *testing.T) {
 			_, err := reg.SyncFiles(ctx, "team", files(2), true)
 			return err
 		}, false},
+		{"deleting a file the loader refused makes room", func(reg *kb.Registry) error {
+			writeFile(t, must(reg.Get("team")).Tree.Root, "ops/broken.md", "---\nimportance: 500\n---\n# Broken\n")
+			if _, err := reg.Load(ctx, "team", must(reg.Get("team")).Tree.Root); err != nil {
+				return fmt.Errorf("setup: %w", err)
+			}
+			if _, err := reg.DeleteFile(ctx, "team", "ops/broken.md"); err != nil {
+				return fmt.Errorf("delete the refused file: %w", err)
+			}
+			_, err := reg.SyncFiles(ctx, "team", files(2), true)
+			return err
+		}, true},
+		{"a full sync removes a file the loader refused", func(reg *kb.Registry) error {
+			root := must(reg.Get("team")).Tree.Root
+			writeFile(t, root, "ops/broken.md", "---\nimportance: 500\n---\n# Broken\n")
+			if _, err := reg.Load(ctx, "team", root); err != nil {
+				return fmt.Errorf("setup: %w", err)
+			}
+			if _, err := reg.SyncFiles(ctx, "team", files(5), false); err != nil {
+				return err
+			}
+			if slices.Contains(folderFiles(t, root), "ops/broken.md") {
+				return errors.New("the full sync left ops/broken.md in the folder")
+			}
+			return nil
+		}, true},
 		{"a new knowledge base past the limit", func(reg *kb.Registry) error {
 			_, err := reg.SyncFiles(ctx, "fresh", files(6), false)
 			return err

@@ -348,6 +348,14 @@ func (r *Registry) planUploads(cur *KB, dir *tree.Dir, uploads []Upload, skips [
 				}
 			}
 		}
+		// The folder is to hold what was sent: a file the loader refused goes too, or it
+		// would stay on the volume, counted toward -kb-max-files, where no one sent it.
+		for _, f := range cur.Tree.Refused() {
+			if !seen[f] {
+				p.ops = append(p.ops, op{path: f, remove: true})
+				p.files = append(p.files, FileResult{Path: f, Outcome: Removed})
+			}
+		}
 	}
 	sort.Slice(p.files, func(i, j int) bool { return p.files[i].Path < p.files[j].Path })
 	return p, nil
@@ -389,10 +397,19 @@ func (r *Registry) parseAll(cur *KB, uploads []Upload, mtime time.Time) []parsed
 }
 
 // DeleteFile removes one file of the knowledge base (a ghost cue with its archived full
-// text).
+// text), or a file in its folder that the loader refused: that one counts toward
+// -kb-max-files, and without this only someone with the disk could take it away.
 func (r *Registry) DeleteFile(ctx context.Context, id, path string) (*WriteResult, error) {
 	return r.write(ctx, id, false, func(cur *KB, dir *tree.Dir) (*plan, error) {
 		d, err := cur.Tree.Doc(path)
+		if errors.Is(err, tree.ErrNotFound) {
+			if c, cerr := tree.CleanPath(path); cerr == nil && cur.Tree.Counts(c) {
+				if err := dir.Check(c); err != nil {
+					return nil, err
+				}
+				return &plan{ops: []op{{path: c, remove: true}}, files: []FileResult{{Path: c, Outcome: Removed}}}, nil
+			}
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -914,6 +931,10 @@ func (r *Registry) apply(ctx context.Context, cur *KB, p *plan) (*KB, error) {
 		case old != nil:
 			deletes = append(deletes, o.path)
 			changes = append(changes, engine.Change{Old: engineDoc(old)})
+		case o.remove && cur.Tree.Counts(o.path):
+			// A file the loader refused: never indexed, but counted toward -kb-max-files
+			// until it is gone.
+			deletes = append(deletes, o.path)
 		}
 	}
 	t := cur.Tree.With(upserts, deletes)

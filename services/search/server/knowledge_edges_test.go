@@ -1,7 +1,9 @@
 package server
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/services/search/kb"
 )
 
 // TestRefusedArchivedOriginalsChangeNothing: the full text kept beside a ghost cue
@@ -115,4 +118,29 @@ func TestSyncFilesBoundsPathsToo(t *testing.T) {
 		t.Fatalf("SyncFiles of 128 KiB of paths over a 64 KiB bound = %v, want RESOURCE_EXHAUSTED", err)
 	}
 	assertUnchanged(t, before, f.state(t, team))
+}
+
+// TestDeleteFileRemovesAFileTheLoaderRefused: a file in the folder that the loader
+// refused (here, front matter out of range) counts toward -kb-max-files and sits on the
+// volume, but DeleteFile answered NOT_FOUND, so only someone with access to the disk
+// could take it away. It is now deleted like any other file.
+func TestDeleteFileRemovesAFileTheLoaderRefused(t *testing.T) {
+	f := startWrite(t, func(_ *kb.Config, f *writeFixture) {
+		writeFiles(t, filepath.Join(f.root, team), map[string]string{"ops/broken.md": "---\nimportance: 500\n---\n# Broken\n"})
+	})
+	resp, err := f.know.DeleteFile(callCtx(t), &quarryv1.DeleteFileRequest{KnowledgeBase: team, Path: "ops/broken.md"})
+	if err != nil {
+		t.Fatalf("DeleteFile of a file the loader refused: %v", err)
+	}
+	if s := resp.GetSummary(); s.GetRemoved() != 1 || !s.GetChanged() {
+		t.Errorf("summary %v, want ops/broken.md removed", s)
+	}
+	if _, err := os.Stat(filepath.Join(f.root, team, "ops", "broken.md")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the refused file is still on disk: %v", err)
+	}
+	// Gone, it is as unknown as any other missing path.
+	_, err = f.know.DeleteFile(callCtx(t), &quarryv1.DeleteFileRequest{KnowledgeBase: team, Path: "ops/broken.md"})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("a second DeleteFile = %v, want NOT_FOUND", err)
+	}
 }

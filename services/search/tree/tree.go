@@ -3,6 +3,7 @@ package tree
 import (
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -109,6 +110,16 @@ func (t *Tree) Len() int { return len(t.Docs) }
 // documents and the files it read and refused (archived originals, never read, are not
 // counted).
 func (t *Tree) Files() int { return len(t.Docs) + len(t.refused) }
+
+// Refused lists the markdown files Load read and refused, sorted by path.
+func (t *Tree) Refused() []string {
+	out := make([]string, 0, len(t.refused))
+	for p := range t.refused {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
 
 // Counts reports whether p is one of the files Files counts.
 func (t *Tree) Counts(p string) bool {
