@@ -148,12 +148,33 @@ func (p *OpenAI) attempt(ctx context.Context, body []byte, onDelta func(string) 
 	}
 	stream := p.client.Chat.Completions.NewStreaming(actx, openai.ChatCompletionNewParams{}, withBody)
 	defer stream.Close()
-	var acc openai.ChatCompletionAccumulator
+	var (
+		acc   openai.ChatCompletionAccumulator
+		calls toolSlots
+		usage openai.CompletionUsage
+		id    string
+	)
 	for stream.Next() {
 		chunk := stream.Current()
 		if empty(chunk) {
 			continue
 		}
+		// Some servers give each chunk an id of its own (Foundry Local, llama.cpp
+		// server before 2024-03, proxies); the accumulator refuses a chunk whose id is
+		// not the stream's, which would break off an answer already streaming. The id
+		// names nothing Quarry uses: every chunk takes the first one.
+		if id == "" {
+			id = chunk.ID
+		}
+		chunk.ID = id
+		if u := chunk.Usage; u.PromptTokens != 0 || u.CompletionTokens != 0 || u.TotalTokens != 0 {
+			// Each report is the turn's total so far (Gemini and vLLM's
+			// continuous_usage_stats send one in every chunk, OpenRouter more than
+			// one), not an increment: the last one counts, where the accumulator
+			// would add them up.
+			usage = u
+		}
+		calls.renumber(&chunk)
 		if !acc.AddChunk(chunk) {
 			return nil, emitted, errBadChunk
 		}
@@ -182,7 +203,45 @@ func (p *OpenAI) attempt(ctx context.Context, body []byte, onDelta func(string) 
 	if len(acc.Choices) == 0 || acc.Choices[0].FinishReason == "" {
 		return nil, emitted, errBrokenStream
 	}
+	acc.Usage = usage
 	return p.turn(&acc.ChatCompletion), emitted, nil
+}
+
+// toolSlots numbers the tool calls of a streamed turn 0, 1, 2... in the order they
+// start, the positions the accumulator files them under. Servers number them
+// otherwise: from 1 or with gaps (proxies of Anthropic models number content blocks),
+// all 0 (Ollama), or not at all (Gemini, read as 0). The accumulator would leave an
+// empty call in each gap, which the loop would then run, or merge every call into
+// one, names and arguments run together. A delta continues the call its index last
+// started unless it starts another: it has a name, and an id other than that call's.
+type toolSlots struct {
+	slot map[int64]int64 // the server's index -> position of the call it last started
+	ids  []string        // the id of the call at each position, once known
+}
+
+// renumber rewrites the tool-call indices of the chunk's first choice, the one read.
+func (s *toolSlots) renumber(c *openai.ChatCompletionChunk) {
+	for i := range c.Choices {
+		if c.Choices[i].Index != 0 {
+			continue
+		}
+		for j := range c.Choices[i].Delta.ToolCalls {
+			tc := &c.Choices[i].Delta.ToolCalls[j]
+			pos, ok := s.slot[tc.Index]
+			if !ok || tc.ID != "" && tc.Function.Name != "" && s.ids[pos] != "" && s.ids[pos] != tc.ID {
+				if s.slot == nil {
+					s.slot = map[int64]int64{}
+				}
+				pos = int64(len(s.ids))
+				s.slot[tc.Index] = pos
+				s.ids = append(s.ids, "")
+			}
+			if tc.ID != "" {
+				s.ids[pos] = tc.ID
+			}
+			tc.Index = pos
+		}
+	}
 }
 
 // empty reports whether a chunk holds nothing of the turn: no text, tool call, finish

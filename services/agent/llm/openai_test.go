@@ -363,6 +363,66 @@ func TestStreamsAsCompatibleServersWriteThem(t *testing.T) {
 				`[DONE]`),
 			wantContent: "Rotate weekly.", wantFinish: "stop", wantPrompt: 30, wantComp: 4,
 		},
+		{
+			// Proxies in front of Anthropic models number calls by content block, so a
+			// call after text is index 1: no empty call may stand in for index 0.
+			name: "tool calls numbered from 1",
+			body: sse(
+				`{`+id+`,"choices":[{"index":0,"delta":{"role":"assistant","content":"Let me look."},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"toolu_1","type":"function","function":{"name":"search","arguments":""}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"{\"query\":\"jwt\"}"}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{"tool_calls":[{"index":3,"id":"toolu_2","type":"function","function":{"name":"read_document","arguments":"{\"path\":\"a.md\"}"}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+				`[DONE]`),
+			wantContent: "Let me look.", wantFinish: "tool_calls",
+			wantCalls: []loop.ToolCall{{ID: "toolu_1", Name: "search", Arguments: `{"query":"jwt"}`}, {ID: "toolu_2", Name: "read_document", Arguments: `{"path":"a.md"}`}},
+		},
+		{
+			// Gemini sends no index; its calls must not run together into one.
+			name: "tool calls without an index",
+			body: sse(
+				`{`+id+`,"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"search","arguments":"{\"query\":\"jwt\"}"}},{"id":"b","type":"function","function":{"name":"read_document","arguments":"{\"path\":"}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"arguments":"\"a.md\"}"}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+				`[DONE]`),
+			wantFinish: "stop",
+			wantCalls:  []loop.ToolCall{{ID: "a", Name: "search", Arguments: `{"query":"jwt"}`}, {ID: "b", Name: "read_document", Arguments: `{"path":"a.md"}`}},
+		},
+		{
+			// Ollama (ollama/ollama#15457) numbers every call 0, each with its own id.
+			name: "every tool call at index 0",
+			body: sse(
+				`{`+id+`,"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_x","type":"function","function":{"name":"search","arguments":"{\"query\":\"jwt\"}"}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_y","type":"function","function":{"name":"read_document","arguments":"{\"path\":\"a.md\"}"}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+				`[DONE]`),
+			wantFinish: "tool_calls",
+			wantCalls:  []loop.ToolCall{{ID: "call_x", Name: "search", Arguments: `{"query":"jwt"}`}, {ID: "call_y", Name: "read_document", Arguments: `{"path":"a.md"}`}},
+		},
+		{
+			// Foundry Local (microsoft/foundry-local#144), llama.cpp server before
+			// ggml-org/llama.cpp#5876 and proxies give each chunk an id of its own.
+			name: "a new completion id in every chunk",
+			body: sse(
+				`{"id":"chat.id.1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"Rot"},"finish_reason":null}]}`,
+				`{"id":"chat.id.2","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"ate."},"finish_reason":null}]}`,
+				`{"id":"chat.id.3","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+				`{"id":"chat.id.4","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}`,
+				`[DONE]`),
+			wantContent: "Rotate.", wantFinish: "stop", wantPrompt: 9, wantComp: 2,
+		},
+		{
+			// Gemini, OpenRouter and vLLM's continuous_usage_stats report usage more
+			// than once; each report is the total so far, not an increment.
+			name: "usage in every chunk, as running totals",
+			body: sse(
+				`{`+id+`,"choices":[{"index":0,"delta":{"role":"assistant","content":"Ro"},"finish_reason":null}],"usage":{"prompt_tokens":50,"completion_tokens":1,"total_tokens":51}}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{"content":"tate."},"finish_reason":null}],"usage":{"prompt_tokens":50,"completion_tokens":2,"total_tokens":52}}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":50,"completion_tokens":3,"total_tokens":53}}`,
+				`{`+id+`,"choices":[],"usage":{"prompt_tokens":50,"completion_tokens":3,"total_tokens":53}}`,
+				`[DONE]`),
+			wantContent: "Rotate.", wantFinish: "stop", wantPrompt: 50, wantComp: 3,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
