@@ -121,7 +121,7 @@ type run struct {
 	onDelta func(string) error
 	msgs    []Message
 	trace   *quarryv1.LlmTrace
-	seen    map[string]int // tool calls asked for, by name and canonical arguments
+	seen    map[string]int // tool calls asked for, by tools.Set.Key
 
 	text    strings.Builder // everything sent through onDelta: the answer
 	docs    []*quarryv1.Document
@@ -269,7 +269,7 @@ func (r *run) useTool(ctx, tctx context.Context, tc ToolCall, offered []string, 
 	case *stop != "":
 		endTool(span, *stop, nil)
 		return "error: not run: the loop stopped (" + *stop + ")", nil
-	case r.repeat(tc.Name + "\x00" + canon):
+	case r.repeat(r.a.tools.Key(tc.Name, tc.Arguments)):
 		*stop = StopLoopDetected
 		endTool(span, *stop, nil)
 		return "error: not run: this exact call was already made; its result is above. Stop calling tools and answer.", nil

@@ -25,8 +25,8 @@ type Config struct {
 	// When it passes, the loop stops and the model answers from what was gathered; an
 	// answer the model has started to write is allowed to finish.
 	Deadline time.Duration
-	// RepeatLimit stops the loop when the same tool call (same name and arguments)
-	// has been asked for this many times.
+	// RepeatLimit stops the loop when the same tool call (same name and arguments,
+	// however spelled: see tools.Set.Key) has been asked for this many times.
 	RepeatLimit int
 	// ConcludeTimeout bounds the final call that answers from what was gathered after
 	// the loop stopped (repeats, iterations, deadline).

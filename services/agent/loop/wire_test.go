@@ -121,3 +121,51 @@ func TestMalformedToolCallsDoNotBreakTheConversation(t *testing.T) {
 		})
 	}
 }
+
+// Loop detection stops a call the model already made even when it spells it
+// differently: the same path written "./ops//oncall.md", the same search in other
+// case and spacing. Small models re-read what they have in those ways, and each
+// re-read costs a round and a document's worth of prompt in every later call.
+func TestRespelledRepeatsAreLoops(t *testing.T) {
+	tests := []struct {
+		name        string
+		first, then llmtest.Call
+	}{
+		{"a path with ./ and //", llmtest.Call{ID: "c1", Name: "read_document", Arguments: `{"path":"ops/oncall.md"}`},
+			llmtest.Call{ID: "c2", Name: "read_document", Arguments: `{"path":"./ops//oncall.md"}`}},
+		{"a folder named with a trailing /", llmtest.Call{ID: "c1", Name: "list_folder", Arguments: `{"path":"ops"}`},
+			llmtest.Call{ID: "c2", Name: "list_folder", Arguments: `{"path":"ops/"}`}},
+		{"the root named or left out", llmtest.Call{ID: "c1", Name: "list_folder", Arguments: `{}`},
+			llmtest.Call{ID: "c2", Name: "list_folder", Arguments: `{"path":"."}`}},
+		{"a search in other case and spacing", llmtest.Call{ID: "c1", Name: "search", Arguments: `{"query":"on-call rotation"}`},
+			llmtest.Call{ID: "c2", Name: "search", Arguments: `{"query":"  On-call   Rotation "}`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := llmtest.New(t,
+				llmtest.Turn{ToolCalls: []llmtest.Call{tt.first}},
+				llmtest.Turn{ToolCalls: []llmtest.Call{tt.then}},
+				llmtest.Turn{Content: "The alert router pages the on-call engineer."},
+			)
+			req := &quarryv1.AnswerRequest{KnowledgeBase: "platform", Query: "What is our on-call process?", Tier: quarryv1.Tier_TIER_AGENTIC}
+			ans, err := wireAgent(srv).Answer(context.Background(), req, func(string) error { return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := srv.Problems(); len(p) > 0 {
+				t.Errorf("requests the server rejected: %v", p)
+			}
+			if ans.GetLlm().GetStopReason() != loop.StopLoopDetected {
+				t.Errorf("stop reason %q, want %q", ans.GetLlm().GetStopReason(), loop.StopLoopDetected)
+			}
+			reqs := srv.Requests()
+			if len(reqs) != 3 || len(reqs[2].Tools) != 0 {
+				t.Fatalf("%d requests; want the concluding call, without tools, third", len(reqs))
+			}
+			msgs := reqs[2].Messages
+			if told := msgs[len(msgs)-2]; told.Role != "tool" || !strings.Contains(told.Text(), "already made") {
+				t.Errorf("the repeat was answered %s %q; want it not run", told.Role, told.Text())
+			}
+		})
+	}
+}

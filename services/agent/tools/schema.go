@@ -33,6 +33,9 @@ type param struct {
 	required bool
 	maxLen   int // strings: longest value in bytes
 	min, max int // integers: inclusive range
+	// same, for strings, spells values that ask for the same thing alike (see
+	// Set.Key); nil compares them as written.
+	same func(string) string
 }
 
 // schema returns the JSON schema of an argument object with params.

@@ -5,6 +5,7 @@ package tools
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -120,8 +121,8 @@ func New(cfg Config, kb KB) *Set {
 		Search: {
 			desc: "Search the knowledge base (BM25 over titles, paths and content). Returns ranked documents with their paths, titles, relevance in [0,1] and a matching passage.",
 			params: []param{
-				{name: "query", kind: kindString, desc: "search words, e.g. \"postgres restore backup\"", required: true, maxLen: maxQueryBytes},
-				{name: "scope", kind: kindString, desc: "folder to search under, relative to the root, e.g. \"data/backups\"; omit to search everything", maxLen: kbpath.MaxBytes},
+				{name: "query", kind: kindString, desc: "search words, e.g. \"postgres restore backup\"", required: true, maxLen: maxQueryBytes, same: sameWords},
+				{name: "scope", kind: kindString, desc: "folder to search under, relative to the root, e.g. \"data/backups\"; omit to search everything", maxLen: kbpath.MaxBytes, same: samePath},
 				{name: "limit", kind: kindInteger, desc: fmt.Sprintf("number of results (default %d)", cfg.SearchLimit), min: 1, max: maxSearchLimit},
 			},
 			run: (*Set).search,
@@ -129,21 +130,21 @@ func New(cfg Config, kb KB) *Set {
 		ReadDocument: {
 			desc: "Read one document of the knowledge base in full: title, tags, related paths and markdown content.",
 			params: []param{
-				{name: "path", kind: kindString, desc: "document path relative to the root, e.g. \"auth/jwt/token-validation.md\"", required: true, maxLen: kbpath.MaxBytes},
+				{name: "path", kind: kindString, desc: "document path relative to the root, e.g. \"auth/jwt/token-validation.md\"", required: true, maxLen: kbpath.MaxBytes, same: samePath},
 			},
 			run: (*Set).read,
 		},
 		ListFolder: {
 			desc: "List a folder of the knowledge base: its sub-folders and documents with their titles.",
 			params: []param{
-				{name: "path", kind: kindString, desc: "folder relative to the root, e.g. \"deploy\"; omit or \"\" for the root", maxLen: kbpath.MaxBytes},
+				{name: "path", kind: kindString, desc: "folder relative to the root, e.g. \"deploy\"; omit or \"\" for the root", maxLen: kbpath.MaxBytes, same: samePath},
 			},
 			run: (*Set).list,
 		},
 		Related: {
 			desc: "Follow the related links of a document: the documents its front matter names as related, with their titles and first lines.",
 			params: []param{
-				{name: "path", kind: kindString, desc: "document path relative to the root", required: true, maxLen: kbpath.MaxBytes},
+				{name: "path", kind: kindString, desc: "document path relative to the root", required: true, maxLen: kbpath.MaxBytes, same: samePath},
 			},
 			run: (*Set).related,
 		},
@@ -184,6 +185,56 @@ func (s *Set) Call(ctx context.Context, kb, name, raw string, allowed []string) 
 		return failed(err)
 	}
 	return res
+}
+
+// Key names the call of tool name with the raw arguments by what it would do, for loop
+// detection: calls that differ only in how the model spelled them get one key. Paths
+// are compared cleaned ("./ops//oncall.md/" is "ops/oncall.md"), searches by their
+// words (case and spacing aside: the engine ignores both), the rest as Canonical
+// writes it. Arguments that do not parse, and unknown tools, are keyed as Canonical
+// writes them.
+func (s *Set) Key(name, raw string) string {
+	t, ok := s.tools[name]
+	if !ok {
+		return name + "\x00" + Canonical(raw)
+	}
+	a, err := parseArgs(raw, t.params)
+	if err != nil {
+		return name + "\x00" + Canonical(raw)
+	}
+	v := make(map[string]any, len(a.strs)+len(a.ints))
+	for _, p := range t.params {
+		if str, ok := a.strs[p.name]; ok {
+			if p.same != nil {
+				str = p.same(str)
+			}
+			if str != "" || p.required {
+				v[p.name] = str // "" for an optional path is the root, as if omitted
+			}
+		}
+		if n, ok := a.ints[p.name]; ok {
+			v[p.name] = n
+		}
+	}
+	b, err := json.Marshal(v) // keys sorted
+	if err != nil {
+		return name + "\x00" + Canonical(raw)
+	}
+	return name + "\x00" + string(b)
+}
+
+// samePath spells a path as the tools will send it; one they will refuse stays as
+// written.
+func samePath(p string) string {
+	if c, err := CleanPath(p); err == nil {
+		return c
+	}
+	return p
+}
+
+// sameWords spells a search query in lower case with single spaces.
+func sameWords(q string) string {
+	return strings.Join(strings.Fields(strings.ToLower(q)), " ")
 }
 
 // failed tells the model what went wrong. Mistakes it can fix are spelled out; other
