@@ -247,6 +247,7 @@ var operationalFlags = map[string]bool{
 	"watch": true, "watch-debounce": true, "watch-poll": true, "write-timeout": true, "signals-flush-interval": true,
 	"meili-url": true, "meili-key": true, "meili-index-prefix": true, "meili-retries": true,
 	"meili-retry-backoff": true, "meili-task-poll": true, "meili-task-timeout": true, "meili-request-timeout": true,
+	"meili-batch-size": true, "meili-batch-bytes": true,
 }
 
 // versionSalt is what decides this service's answers beside the trees: every setting

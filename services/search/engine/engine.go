@@ -4,8 +4,15 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"strings"
 )
+
+// ErrUnavailable means the engine could not answer: a server behind it could not be
+// reached, was too busy, or did not answer in time. It is the engine's failure, not the
+// query's, and the gRPC edge answers UNAVAILABLE (which clients retry) rather than
+// INTERNAL.
+var ErrUnavailable = errors.New("search engine unavailable")
 
 // Doc is one knowledge file as an engine indexes it.
 type Doc struct {

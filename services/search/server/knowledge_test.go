@@ -718,6 +718,34 @@ func TestWritesThroughMeilisearch(t *testing.T) {
 	}
 }
 
+// A search Meilisearch cannot answer (down, or a proxy with no upstream) is UNAVAILABLE,
+// the code clients retry, not INTERNAL, which said the search service itself had failed.
+func TestSearchWithMeilisearchDownIsUnavailable(t *testing.T) {
+	f := startWrite(t, func(c *kb.Config, f *writeFixture) {
+		f.meili = meilitest.New(t, "key")
+		c.Engine = kb.EngineMeilisearch
+		c.Meili.URL, c.Meili.Key = f.meili.URL, "key"
+	})
+	for _, how := range []meilitest.Outage{meilitest.Unavailable, meilitest.Refused} {
+		f.meili.Down(how)
+		before := len(f.meili.Requests())
+		_, err := f.search.Search(callCtx(t), &quarryv1.SearchRequest{KnowledgeBase: team, Query: "nightly backups"})
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("Search with Meilisearch down (outage %d) = %v, want UNAVAILABLE", how, err)
+		}
+		// The client's retry policy retries UNAVAILABLE on another replica, which would
+		// ask the same Meilisearch: the server tells it not to (grpc-retry-pushback-ms),
+		// so one query makes the engine's one retry, not three times that.
+		if n := len(f.meili.Requests()) - before; how == meilitest.Unavailable && n > 2 {
+			t.Errorf("one Search during an outage sent %d requests to Meilisearch, want at most 2", n)
+		}
+		f.meili.Up()
+		if got := f.searchPaths(t, team, "nightly backups"); len(got) == 0 || got[0] != "ops/backups.md" {
+			t.Errorf("after the outage, search finds %v", got)
+		}
+	}
+}
+
 func TestToStatusMapsWriteErrors(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	tests := []struct {

@@ -10,12 +10,14 @@ import (
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/auth"
+	"github.com/quarry-router/quarry/services/search/engine"
 	"github.com/quarry-router/quarry/services/search/gate"
 	"github.com/quarry-router/quarry/services/search/kb"
 	"github.com/quarry-router/quarry/services/search/resolve"
 	"github.com/quarry-router/quarry/services/search/tree"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -210,6 +212,15 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 		// The engine's own message (a failed Meilisearch task) is what an operator needs.
 		log.ErrorContext(ctx, "index write failed", "err", err)
 		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, engine.ErrUnavailable):
+		// Meilisearch down or overloaded: UNAVAILABLE, and the gateway degrades as it
+		// does for an unreachable search service. Its retry policy would send the call
+		// to another replica, which asks the same Meilisearch: a negative pushback
+		// (gRFC A6) tells the client not to, rather than triple the load on an engine
+		// that is failing.
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", "-1"))
+		log.WarnContext(ctx, "search engine unavailable", "err", err)
+		return status.Error(codes.Unavailable, "search engine unavailable")
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "search deadline exceeded")
 	case errors.Is(err, context.Canceled):

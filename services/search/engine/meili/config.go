@@ -29,11 +29,17 @@ type Config struct {
 	RequestTimeout time.Duration
 	// BatchSize is the number of documents sent per add request.
 	BatchSize int
+	// BatchBytes caps an add request's body as well: Meilisearch refuses one over its
+	// --http-payload-size-limit (100 MB by default), and a proxy in front of it often
+	// allows less. A batch refused as too large anyway (HTTP 413) is sent in halves.
+	BatchBytes int
 	// Retries is how many times a request that changes or sets up an index (add and
 	// delete documents, settings, the wait for a task) is sent again when the server
 	// could not be reached or answered 429, 502, 503 or 504. Those requests are
-	// idempotent: a document sent twice is stored once. Searches are never retried:
-	// queries have short deadlines, and the gateway degrades when search fails.
+	// idempotent: a document sent twice is stored once. Searches do not use it: queries
+	// have short deadlines, and the gateway degrades when search fails, so a search is
+	// sent once more at most, at once, and only when its connection failed or a proxy
+	// had no upstream (see Index.Search).
 	Retries int
 	// RetryBackoff is the wait before the first retry; each retry waits twice as long
 	// as the one before, at most maxBackoff.
@@ -54,6 +60,7 @@ func DefaultConfig() Config {
 		TaskPoll:    10 * time.Millisecond,
 		TaskTimeout: 2 * time.Minute,
 		BatchSize:   1000,
+		BatchBytes:  32 << 20,
 
 		RequestTimeout: 30 * time.Second,
 		Retries:        4,
@@ -74,6 +81,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.TaskTimeout, "meili-task-timeout", d.TaskTimeout, "longest wait for one Meilisearch task before the write fails")
 	fs.DurationVar(&c.RequestTimeout, "meili-request-timeout", d.RequestTimeout, "longest one HTTP request to Meilisearch may take, its answer included (0: no bound)")
 	fs.IntVar(&c.BatchSize, "meili-batch-size", d.BatchSize, "documents per Meilisearch add request")
+	fs.IntVar(&c.BatchBytes, "meili-batch-bytes", d.BatchBytes, "largest body of a Meilisearch add request, in bytes (below Meilisearch's --http-payload-size-limit and any proxy's; a batch refused as too large is halved)")
 	fs.IntVar(&c.Retries, "meili-retries", d.Retries, "times a write request is retried when Meilisearch is unreachable or answers 429/502/503/504")
 	fs.DurationVar(&c.RetryBackoff, "meili-retry-backoff", d.RetryBackoff, "wait before the first retry of a write request (doubling after each retry)")
 	fs.IntVar(&c.OneTypo, "meili-one-typo", d.OneTypo, "shortest word (characters) matched with one typo")
@@ -105,6 +113,9 @@ func (c Config) Validate() error {
 	}
 	if c.BatchSize < 1 {
 		errs = append(errs, fmt.Errorf("-meili-batch-size must be >= 1, got %d", c.BatchSize))
+	}
+	if c.BatchBytes < 1 {
+		errs = append(errs, fmt.Errorf("-meili-batch-bytes must be >= 1, got %d", c.BatchBytes))
 	}
 	if c.Retries < 0 {
 		errs = append(errs, fmt.Errorf("-meili-retries must be >= 0, got %d", c.Retries))

@@ -42,6 +42,11 @@ import (
 // ErrTaskFailed means Meilisearch did not apply a write: its task failed or was canceled.
 var ErrTaskFailed = errors.New("meilisearch task failed")
 
+// ErrUnavailable is engine.ErrUnavailable: Meilisearch could not answer a search (not
+// reached, no upstream behind a proxy, too busy: 429 or its 503
+// too_many_search_requests, or no answer within -meili-request-timeout).
+var ErrUnavailable = engine.ErrUnavailable
+
 // schemaVersion is part of every document's hash: bump it when the analysis or the
 // document shape changes, so the next start re-sends every document.
 const schemaVersion = "quarry-meili-1"
@@ -109,8 +114,8 @@ func Open(ctx context.Context, cfg Config, kbID string, docs []engine.Doc) (*Ind
 		return nil, fmt.Errorf("meilisearch config: %w", err)
 	}
 	// The library's own retries (1 s, 2 s, 3 s on 502/503/504, for every request) are off:
-	// writes retry with Config.Retries, which also covers an unreachable server, and
-	// searches fail fast.
+	// writes retry with Config.Retries, which also covers an unreachable server, and a
+	// search is sent once more at most, at once (retrySearch).
 	client := meilisearch.New(cfg.URL, meilisearch.WithAPIKey(cfg.Key), meilisearch.DisableRetries(),
 		meilisearch.WithCustomClient(&http.Client{Timeout: cfg.RequestTimeout, Transport: newTransport()}))
 	ix := &Index{client: client, uid: cfg.IndexUID(kbID), cfg: cfg, vocab: map[string]int{}}
@@ -331,20 +336,29 @@ func (ix *Index) storedHashes(ctx context.Context) (map[string]string, error) {
 	}
 }
 
-// write sends documents in batches, then deletes ids, waiting for each task.
+// write sends documents in batches, then deletes ids, waiting for each task. A batch
+// holds at most BatchSize documents and, encoded, BatchBytes bytes (a document larger
+// than that goes alone).
 func (ix *Index) write(ctx context.Context, docs []document, deletes []string) error {
-	for start := 0; start < len(docs); start += ix.cfg.BatchSize {
-		batch := docs[start:min(start+ix.cfg.BatchSize, len(docs))]
-		pk := fieldID
-		var info *meilisearch.TaskInfo
-		err := ix.retry(ctx, func() (err error) {
-			info, err = ix.index.AddDocumentsWithContext(ctx, batch, &meilisearch.DocumentOptions{PrimaryKey: &pk})
-			return err
-		})
+	var batch []encoded
+	size := 0
+	for _, d := range docs {
+		raw, err := json.Marshal(d)
 		if err != nil {
-			return fmt.Errorf("meilisearch add documents %s: %w", ix.uid, err)
+			return fmt.Errorf("meilisearch add documents %s: %s: %w", ix.uid, d.Path, err)
 		}
-		if err := ix.wait(ctx, info, "add documents"); err != nil {
+		// The body is a JSON array: the documents, a comma between each two, brackets.
+		if len(batch) > 0 && (len(batch) >= ix.cfg.BatchSize || size+1+len(raw)+2 > ix.cfg.BatchBytes) {
+			if err := ix.add(ctx, batch); err != nil {
+				return err
+			}
+			batch, size = nil, 0
+		}
+		batch = append(batch, encoded{path: d.Path, raw: raw})
+		size += len(raw) + 1
+	}
+	if len(batch) > 0 {
+		if err := ix.add(ctx, batch); err != nil {
 			return err
 		}
 	}
@@ -362,6 +376,51 @@ func (ix *Index) write(ctx context.Context, docs []document, deletes []string) e
 		}
 	}
 	return nil
+}
+
+// encoded is a document as its add request carries it.
+type encoded struct {
+	path string
+	raw  json.RawMessage
+}
+
+// add sends one batch of documents and waits for its task. A batch the server refuses
+// as too large (413: Meilisearch's --http-payload-size-limit, or a proxy's own limit,
+// which may be far lower than -meili-batch-bytes) is sent in halves: nothing of it was
+// accepted, and documents replace their namesakes, so the halves make the same change.
+func (ix *Index) add(ctx context.Context, batch []encoded) error {
+	body := make([]json.RawMessage, len(batch))
+	for i, e := range batch {
+		body[i] = e.raw
+	}
+	pk := fieldID
+	var info *meilisearch.TaskInfo
+	err := ix.retry(ctx, func() (err error) {
+		info, err = ix.index.AddDocumentsWithContext(ctx, body, &meilisearch.DocumentOptions{PrimaryKey: &pk})
+		return err
+	})
+	if tooLarge(err) {
+		if len(batch) > 1 {
+			half := len(batch) / 2
+			if err := ix.add(ctx, batch[:half]); err != nil {
+				return err
+			}
+			return ix.add(ctx, batch[half:])
+		}
+		return fmt.Errorf("meilisearch add documents %s: %s alone (%d bytes) is over the server's payload limit (Meilisearch's --http-payload-size-limit, or a proxy's in front of it): %w",
+			ix.uid, batch[0].path, len(batch[0].raw), err)
+	}
+	if err != nil {
+		return fmt.Errorf("meilisearch add documents %s: %w", ix.uid, err)
+	}
+	return ix.wait(ctx, info, "add documents")
+}
+
+// tooLarge reports whether a request was refused for the size of its body.
+func tooLarge(err error) bool {
+	var me *meilisearch.Error
+	return errors.As(err, &me) && me.StatusCode == http.StatusRequestEntityTooLarge &&
+		(me.ErrCode == meilisearch.MeilisearchApiError || me.ErrCode == meilisearch.MeilisearchApiErrorWithoutMessage)
 }
 
 // wait polls a task until Meilisearch has finished it; anything but success is an error
@@ -453,7 +512,8 @@ func (ix *Index) Close() error {
 	return nil
 }
 
-// Search runs one query (see the package comment for how).
+// Search runs one query (see the package comment for how). A search whose connection
+// failed, or that a proxy could not deliver, is sent once more (retrySearch).
 func (ix *Index) Search(ctx context.Context, q engine.Query) ([]engine.Hit, error) {
 	out, err := ix.SearchMany(ctx, []engine.Query{q})
 	if err != nil {
@@ -592,7 +652,11 @@ func (ix *Index) run(ctx context.Context, reqs []*meilisearch.SearchRequest) ([]
 	case 1:
 		r := *reqs[0]
 		r.IndexUID = ""
-		res, err := ix.index.SearchWithContext(ctx, r.Query, &r)
+		var res *meilisearch.SearchResponse
+		err := ix.retrySearch(ctx, func() (err error) {
+			res, err = ix.index.SearchWithContext(ctx, r.Query, &r)
+			return err
+		})
 		if err != nil {
 			return nil, ix.searchError(ctx, "search", err)
 		}
@@ -603,7 +667,11 @@ func (ix *Index) run(ctx context.Context, reqs []*meilisearch.SearchRequest) ([]
 		out[0] = hits
 		return out, nil
 	}
-	res, err := ix.client.MultiSearchWithContext(ctx, &meilisearch.MultiSearchRequest{Queries: reqs})
+	var res *meilisearch.MultiSearchResponse
+	err := ix.retrySearch(ctx, func() (err error) {
+		res, err = ix.client.MultiSearchWithContext(ctx, &meilisearch.MultiSearchRequest{Queries: reqs})
+		return err
+	})
 	if err != nil {
 		return nil, ix.searchError(ctx, "multi-search", err)
 	}
@@ -628,7 +696,18 @@ func (ix *Index) searchError(ctx context.Context, what string, err error) error 
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("meilisearch %s %s: %w: %w", what, ix.uid, cerr, err)
 	}
+	if unavailable(err) {
+		return fmt.Errorf("meilisearch %s %s: %w: %w", what, ix.uid, ErrUnavailable, err)
+	}
 	return fmt.Errorf("meilisearch %s %s: %w", what, ix.uid, err)
+}
+
+// unavailable reports whether err means Meilisearch could not answer (ErrUnavailable):
+// what a write would retry (transient), or no answer within -meili-request-timeout.
+func unavailable(err error) bool {
+	var me *meilisearch.Error
+	return transient(err) || errors.As(err, &me) &&
+		(me.ErrCode == meilisearch.MeilisearchCommunicationError || me.ErrCode == meilisearch.MeilisearchTimeoutError)
 }
 
 // word is one query word: its stem and how it is written in a Meilisearch query.
@@ -751,6 +830,46 @@ func (ix *Index) retry(ctx context.Context, op func() error) error {
 	}
 }
 
+// retrySearch runs a search request, and runs it once more, at once, when it failed in a
+// way that says nothing about the search itself (see searchRetryable) and the caller is
+// still waiting: a search changes nothing, so a second one is safe. Go's transport
+// re-sends only GET-like requests when a kept-alive connection turns out closed, and a
+// search is a POST, so a load balancer closing an idle connection as a search went out
+// on it (AWS ALB after 60 s, nginx after 60-75 s, while the transport keeps connections
+// 90 s) failed the query. Once only: a Meilisearch that is really down fails the query
+// fast and the gateway degrades. The context bounds the retry as it bounds the first try.
+func (ix *Index) retrySearch(ctx context.Context, op func() error) error {
+	err := op()
+	if err == nil || ctx.Err() != nil || !searchRetryable(err) {
+		return err
+	}
+	return op()
+}
+
+// searchRetryable reports whether a failed search is worth sending again at once: the
+// connection failed (refused, reset, closed before the answer), or a proxy in front of
+// Meilisearch answered 502, 503 or 504 without a Meilisearch error (no healthy upstream
+// for a moment). Not retried: a request that ran out of -meili-request-timeout (the
+// server is slow or hung, and a second wait doubles it on every query), the caller's own
+// deadline or cancellation, 429, and Meilisearch's own errors, among them its 503
+// too_many_search_requests (its search queue is full: a retry adds to the load).
+func searchRetryable(err error) bool {
+	var me *meilisearch.Error
+	if !errors.As(err, &me) {
+		return false
+	}
+	switch me.ErrCode {
+	case meilisearch.MeilisearchCommunicationError:
+		return !errors.Is(me.OriginError, context.Canceled) && !errors.Is(me.OriginError, context.DeadlineExceeded)
+	case meilisearch.MeilisearchApiErrorWithoutMessage:
+		switch me.StatusCode {
+		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return true
+		}
+	}
+	return false
+}
+
 // transient reports whether err means Meilisearch could not be reached or asked to be
 // called again later: a connection refused or cut, or HTTP 429, 502, 503 or 504 (a
 // restarting server, or the proxy in front of it). A failed task is not transient: it is
@@ -797,9 +916,29 @@ func (s *taskSet) take(uid string) []int64 {
 }
 
 // finishUnsettled waits for the tasks of this index that earlier writes could not follow
-// to their end, whatever their outcome, so the documents compared next are final.
+// to their end, whatever their outcome, so the documents compared next are final: those
+// this process knows of, and the newest the server still has queued for the index. A
+// write whose documents were accepted but whose answer was lost (the connection cut,
+// the server gone) left a task whose uid no one knows; compared before it was applied,
+// the index kept the documents of a write that had failed. Meilisearch processes an
+// index's tasks in the order it enqueued them, so once the newest is done all are.
 func (ix *Index) finishUnsettled(ctx context.Context) error {
+	var pending *meilisearch.TaskResult
+	err := ix.retry(ctx, func() (err error) {
+		pending, err = ix.client.GetTasksWithContext(ctx, &meilisearch.TasksQuery{
+			IndexUIDS: []string{ix.uid},
+			Statuses:  []meilisearch.TaskStatus{meilisearch.TaskStatusEnqueued, meilisearch.TaskStatusProcessing},
+			Limit:     1,
+		})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("meilisearch %s: list queued tasks: %w", ix.uid, err)
+	}
 	tasks := unsettled.take(ix.uid)
+	if len(pending.Results) > 0 {
+		tasks = append(tasks, pending.Results[0].UID)
+	}
 	for i, uid := range tasks {
 		wctx, cancel := context.WithTimeout(ctx, ix.cfg.TaskTimeout)
 		err := ix.retry(wctx, func() error {

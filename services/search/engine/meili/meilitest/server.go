@@ -54,6 +54,9 @@ type Server struct {
 	violations []string
 	failNext   int
 	failMsg    string
+	// payloadLimit is the largest request body accepted, Meilisearch's
+	// --http-payload-size-limit.
+	payloadLimit int
 	// down is the outage in progress (0: none); downAfter counts the tasks still
 	// applied, and downAfterReqs the requests still answered, before the outage downHow
 	// begins (0: none scheduled).
@@ -61,6 +64,10 @@ type Server struct {
 	downAfter     int
 	downAfterReqs int
 	downHow       Outage
+	// dropAnswer: the next request is handled but its answer is lost, and the server
+	// goes down as dropHow says.
+	dropAnswer bool
+	dropHow    Outage
 }
 
 // Outage is how the server fails while it is down.
@@ -154,7 +161,7 @@ type apiError struct {
 // failing the test if any request broke the documented API.
 func New(t testing.TB, key string) *Server {
 	t.Helper()
-	s := &Server{key: key, t: t, indexes: map[string]*index{}}
+	s := &Server{key: key, t: t, indexes: map[string]*index{}, payloadLimit: DefaultPayloadLimit}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(func() {
 		s.Close()
@@ -165,6 +172,18 @@ func New(t testing.TB, key string) *Server {
 		}
 	})
 	return s
+}
+
+// DefaultPayloadLimit is Meilisearch's default --http-payload-size-limit ("100 MB"; the
+// smaller reading of it).
+const DefaultPayloadLimit = 100_000_000
+
+// SetPayloadLimit makes the server refuse request bodies over n bytes with 413
+// payload_too_large, as Meilisearch started with --http-payload-size-limit n does.
+func (s *Server) SetPayloadLimit(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.payloadLimit = n
 }
 
 // FailNextTasks makes the next n write tasks (documents or settings) fail with message,
@@ -206,6 +225,15 @@ func (s *Server) DownAfterRequests(n int, how Outage) {
 		return
 	}
 	s.downAfterReqs, s.downHow = n, how
+}
+
+// DropAnswerThenDown lets the server handle the next request (a write's task is
+// enqueued) but cuts its connection instead of answering, and then go down as how says:
+// the client never learns the task's uid.
+func (s *Server) DropAnswerThenDown(how Outage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropAnswer, s.dropHow = true, how
 }
 
 // goDown starts an outage; the caller holds mu.
@@ -313,6 +341,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "no healthy upstream")
 		return
 	}
+	if s.dropAnswer {
+		s.dropAnswer = false
+		// Handled into a recorder whose answer is thrown away; the connection is cut.
+		defer func() {
+			if hj, ok := w.(http.Hijacker); ok {
+				if conn, _, err := hj.Hijack(); err == nil {
+					_ = conn.Close()
+				}
+			}
+			s.goDown(s.dropHow)
+		}()
+		w = httptest.NewRecorder()
+	}
 	if s.downAfterReqs > 0 {
 		if s.downAfterReqs--; s.downAfterReqs == 0 {
 			// This request still gets its answer; the next one finds the server down.
@@ -332,6 +373,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if len(body) > s.payloadLimit {
+		writeErr(w, http.StatusRequestEntityTooLarge, "payload_too_large", "invalid_request",
+			fmt.Sprintf("The provided payload reached the size limit. The maximum accepted payload size is %d B.", s.payloadLimit))
+		return
+	}
 	if len(body) > 0 && !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
 		s.violate("%s %s with Content-Type %q", r.Method, r.URL.Path, r.Header.Get("Content-Type"))
 		writeErr(w, 415, "invalid_content_type", "invalid_request", "The Content-Type header is not supported.")
@@ -341,6 +387,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/health":
 		writeJSON(w, 200, map[string]string{"status": "available"})
+	case r.Method == http.MethodGet && r.URL.Path == "/tasks":
+		s.listTasks(w, r)
 	case r.Method == http.MethodGet && len(parts) == 2 && parts[0] == "tasks":
 		s.getTask(w, parts[1])
 	case r.Method == http.MethodPost && r.URL.Path == "/indexes":
@@ -464,6 +512,67 @@ func (s *Server) getTask(w http.ResponseWriter, id string) {
 	}
 	s.process(uid)
 	writeJSON(w, 200, t)
+}
+
+// listTasks answers GET /tasks with the filters the backend uses (indexUids, statuses,
+// limit, from), newest first as Meilisearch lists them. Listing processes nothing.
+func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for k := range q {
+		switch k {
+		case "indexUids", "statuses", "limit", "from", "types", "uids":
+		default:
+			s.violate("GET /tasks with unknown parameter %q", k)
+		}
+	}
+	split := func(k string) []string {
+		if v := q.Get(k); v != "" && v != "*" {
+			return strings.Split(v, ",")
+		}
+		return nil
+	}
+	indexes, statuses := split("indexUids"), split("statuses")
+	for _, st := range statuses {
+		switch st {
+		case "enqueued", "processing", "succeeded", "failed", "canceled":
+		default:
+			s.violate("GET /tasks with unknown status %q", st)
+			writeErr(w, 400, "invalid_task_statuses", "invalid_request", "unknown status "+st)
+			return
+		}
+	}
+	limit, from := 20, int64(-1)
+	if v := q.Get("limit"); v != "" {
+		limit, _ = strconv.Atoi(v)
+	}
+	if v := q.Get("from"); v != "" {
+		from, _ = strconv.ParseInt(v, 10, 64)
+	}
+	results := []*task{}
+	total := 0
+	var next any
+	for i := len(s.tasks) - 1; i >= 0; i-- {
+		t := s.tasks[i]
+		if (indexes != nil && !slices.Contains(indexes, t.IndexUID)) || (statuses != nil && !slices.Contains(statuses, t.Status)) {
+			continue
+		}
+		total++
+		if from >= 0 && t.UID > from {
+			continue
+		}
+		if len(results) == limit {
+			if next == nil {
+				next = t.UID
+			}
+			continue
+		}
+		results = append(results, t)
+	}
+	var first any
+	if len(results) > 0 {
+		first = results[0].UID
+	}
+	writeJSON(w, 200, map[string]any{"results": results, "total": total, "limit": limit, "from": first, "next": next})
 }
 
 func (s *Server) createIndex(w http.ResponseWriter, body []byte) {
