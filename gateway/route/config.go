@@ -13,7 +13,8 @@ type Config struct {
 	// ResolveTimeout bounds one search-service Resolve call. It runs detached from the
 	// callers who wait for it, so one caller giving up does not cancel it for the rest.
 	ResolveTimeout time.Duration
-	// AgentTimeout bounds one agent answer (T3/T4), streaming included.
+	// AgentTimeout bounds one agent answer (T3/T4), streaming included; a caller whose
+	// deadline is nearer bounds the answer it starts to nine tenths of its time left.
 	AgentTimeout time.Duration
 	// SpeculativeDelay hedges the speculative search: it starts as soon as the fuzzy
 	// lookup returns without an answer it can serve at once, or once the lookup has run

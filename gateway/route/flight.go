@@ -33,11 +33,12 @@ type group[T any] struct {
 
 // flight is one run of coalesced work.
 type flight[T any] struct {
-	done   chan struct{}
-	val    T
-	err    error
-	cancel context.CancelFunc
-	refs   int // guarded by group.mu
+	done     chan struct{}
+	val      T
+	err      error
+	cancel   context.CancelFunc
+	deadline time.Time // when its context ends
+	refs     int       // guarded by group.mu
 
 	// The deltas published so far, so a caller that joins late still receives the whole
 	// streamed answer. published is closed and replaced by each publish, to wake the
@@ -60,6 +61,7 @@ func (g *group[T]) join(ctx context.Context, key string, timeout time.Duration,
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	f := &flight[T]{done: make(chan struct{}), cancel: cancel, refs: 1, published: make(chan struct{})}
+	f.deadline, _ = fctx.Deadline()
 	if g.m == nil {
 		g.m = make(map[string]*flight[T])
 	}

@@ -548,9 +548,25 @@ func (c *call) agentAnswer(ctx context.Context, res *quarryv1.ResolveResponse, o
 	}
 	g, k := answerGen(res, c.gen), answerKey(res, c.key)
 	key := flightKey(c.kb, k, c.norm, false)
-	af := r.answers.join(ctx, key, r.cfg.AgentTimeout, r.answerFn(c.kb, c.req.GetQuery(), c.norm, c.tokens, g, k, res))
-	defer r.answers.leave(key, af)
-	a, err := af.follow(ctx, onDelta)
+	fn := r.answerFn(c.kb, c.req.GetQuery(), c.norm, c.tokens, g, k, res)
+	timeout := agentTimeout(ctx, r.cfg.AgentTimeout)
+	af := r.answers.join(ctx, key, timeout, fn)
+	// A flight started by a caller with a nearer deadline is bounded by it (agentTimeout).
+	short := af.deadline.Before(time.Now().Add(timeout / 2))
+	defer func() { r.answers.leave(key, af) }()
+	follow, streamed := onDelta, false
+	if onDelta != nil {
+		follow = func(d string) { streamed = true; onDelta(d) }
+	}
+	a, err := af.follow(ctx, follow)
+	if err == nil && short && !streamed && a.resp.GetDegraded() && !a.stored {
+		// That flight ran out of its starter's time, or failed, before any text: this
+		// caller, with far more time, asks again instead of taking the other caller's
+		// fallback. A degraded flight is not joinable once over, so this starts anew.
+		r.answers.leave(key, af)
+		af = r.answers.join(ctx, key, agentTimeout(ctx, r.cfg.AgentTimeout), fn)
+		a, err = af.follow(ctx, follow)
+	}
 	if err != nil {
 		c.stageSince("agent", start, "error")
 		if ctx.Err() != nil {
@@ -627,6 +643,26 @@ func (r *Router) answerFn(kb, query, norm string, tokens []string, gen, key uint
 		}
 		return out, nil
 	}
+}
+
+// deadlineReserve: the agent flight a caller starts leaves 1/deadlineReserve of the
+// caller's remaining time unused, to return the extractive fallback if the agent has
+// not answered by then.
+const deadlineReserve = 10
+
+// agentTimeout bounds an agent flight: -agent-timeout, or less when the caller that
+// starts it has a nearer deadline. The flight runs detached from its callers, so their
+// deadlines reach the agent only through this one: the agent fits its loop into the
+// deadline of its call (two thirds gathering, the rest concluding), and a flight bounded
+// by -agent-timeout alone gathered until a caller with less time had given up, leaving
+// it DEADLINE_EXCEEDED and no answer. Callers that join later share the flight as it is,
+// but one with far more time asks again if it ends degraded before any text (agentAnswer).
+func agentTimeout(ctx context.Context, timeout time.Duration) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		left := time.Until(d)
+		return min(timeout, left-left/deadlineReserve)
+	}
+	return timeout
 }
 
 func agentFailure(err error) string {

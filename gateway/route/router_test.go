@@ -667,6 +667,108 @@ func TestLLMRoutes(t *testing.T) {
 	}
 }
 
+func TestTheCallersDeadlineBoundsTheAgent(t *testing.T) {
+	// like the agent's loop (services/agent/loop): it gathers for two thirds of the time
+	// its deadline leaves, then answers; without a deadline it would gather until cut off.
+	loop := agentFunc(func(ctx context.Context, _ *quarryv1.AnswerRequest, _ func(string)) (*quarryv1.AgentAnswer, error) {
+		d, ok := ctx.Deadline()
+		if !ok {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		select {
+		case <-time.After(time.Until(d) * 2 / 3):
+			return &quarryv1.AgentAnswer{Answer: "Design reviews happen weekly."}, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	// stuck never answers before its deadline.
+	stuck := agentFunc(func(ctx context.Context, _ *quarryv1.AnswerRequest, _ func(string)) (*quarryv1.AgentAnswer, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	cases := []struct {
+		name         string
+		agent        Agent
+		caller       time.Duration // the caller's deadline; 0 for none
+		agentTimeout time.Duration
+		degraded     string // "" for the agent's answer
+	}{
+		{"without a deadline the agent has -agent-timeout", loop, 0, 300 * time.Millisecond, ""},
+		{"a deadline past -agent-timeout leaves it at that", loop, time.Minute, 300 * time.Millisecond, ""},
+		{"a nearer deadline is the agent's, so it answers in time", loop, 600 * time.Millisecond, time.Minute, ""},
+		{"an agent that cannot make the caller's deadline leaves time for the fallback", stuck, 600 * time.Millisecond, time.Minute, "did not answer in time"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.AgentTimeout = c.agentTimeout
+			h := newHarnessWith(t, c.agent, cfg)
+			ctx := context.Background()
+			if c.caller > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, c.caller)
+				defer cancel()
+			}
+			resp, err := h.router.Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "What is our design review process?"}, nil)
+			if err != nil {
+				t.Fatalf("Query: %v; want an answer within the caller's deadline", err)
+			}
+			wantTier(t, resp, quarryv1.Tier_TIER_SINGLE_LLM, quarryv1.Tier_TIER_SINGLE_LLM, false)
+			if resp.GetDegraded() != (c.degraded != "") || !strings.Contains(resp.GetDegradedReason(), c.degraded) {
+				t.Fatalf("degraded %v (%q), want degraded because %q", resp.GetDegraded(), resp.GetDegradedReason(), c.degraded)
+			}
+		})
+	}
+}
+
+func TestACallerWithMoreTimeDoesNotTakeAHurriedCallersFallback(t *testing.T) {
+	// The agent answers when given time enough, and nothing before a nearer deadline.
+	var asked atomic.Int64
+	agent := agentFunc(func(ctx context.Context, _ *quarryv1.AnswerRequest, _ func(string)) (*quarryv1.AgentAnswer, error) {
+		asked.Add(1)
+		if d, _ := ctx.Deadline(); time.Until(d) > 5*time.Second {
+			return &quarryv1.AgentAnswer{Answer: "Design reviews happen weekly."}, nil
+		}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	h := newHarness(t, agent)
+	req := &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "What is our design review process?"}
+	hurried, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	type result struct {
+		resp *quarryv1.QueryResponse
+		err  error
+	}
+	first := make(chan result, 1)
+	go func() {
+		resp, err := h.router.Query(hurried, req, nil)
+		first <- result{resp, err}
+	}()
+	key := flightKey("kb", 1, "what is our design review process?", false)
+	waitUntil(t, "the hurried caller's agent flight starts", func() bool { return h.router.answers.inFlight(key) == 1 })
+	patient := make(chan result, 1)
+	go func() {
+		resp, err := h.router.Query(context.Background(), req, nil)
+		patient <- result{resp, err}
+	}()
+	waitUntil(t, "a patient caller joins it", func() bool { return h.router.answers.inFlight(key) == 2 })
+
+	got := <-first
+	if got.err != nil || !strings.Contains(got.resp.GetDegradedReason(), "did not answer in time") {
+		t.Fatalf("hurried caller: %v, %v; want the fallback before its deadline", got.resp, got.err)
+	}
+	got = <-patient
+	if got.err != nil || got.resp.GetDegraded() || got.resp.GetAnswer() != "Design reviews happen weekly." {
+		t.Fatalf("patient caller: %v, %v; want the agent's answer, not the hurried caller's fallback", got.resp, got.err)
+	}
+	if n := asked.Load(); n != 2 {
+		t.Fatalf("agent asked %d times, want 2", n)
+	}
+}
+
 func TestAgentAnswerIsStreamedAndCached(t *testing.T) {
 	var got *quarryv1.AnswerRequest
 	agent := agentFunc(func(_ context.Context, req *quarryv1.AnswerRequest, onDelta func(string)) (*quarryv1.AgentAnswer, error) {

@@ -236,8 +236,9 @@ export const QueryStreamResponseSchema: GenMessage<QueryStreamResponse> = /*@__P
  * answer from the fastest tier that can give it. Generate a client stub in any language
  * from this file (see README "Clients"). Set a deadline on every call: cache hits take
  * well under a millisecond, LLM tiers can take tens of seconds (the gateway gives the
- * agent 60 s by default, -agent-timeout); an expired deadline ends the call with
- * DEADLINE_EXCEEDED. Caching is transparent: identical questions (after normalisation) to
+ * agent 60 s by default, -agent-timeout, and less when the call's deadline is nearer:
+ * the agent answers within it, or the gateway returns a degraded extractive answer
+ * before it ends); an expired deadline ends the call with DEADLINE_EXCEEDED. Caching is transparent: identical questions (after normalisation) to
  * the same knowledge base generation are answered from the cache for 60 s by default
  * (-cache-ttl).
  *
