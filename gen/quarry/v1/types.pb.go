@@ -916,7 +916,11 @@ type LlmTrace struct {
 	ToolCalls []string `protobuf:"bytes,6,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
 	// Why the loop stopped: "answered", "loop_detected", "max_iterations", "deadline",
 	// "llm_error" (the answer is the extractive fallback).
-	StopReason    string `protobuf:"bytes,7,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
+	StopReason string `protobuf:"bytes,7,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
+	// Times the conversation was shortened because the model refused it as longer than
+	// its context window (older tool results replaced by a note, or T3's pre-fetched
+	// documents after the first dropped) and sent again; 0 when it always fitted.
+	ContextTrims  int32 `protobuf:"varint,8,opt,name=context_trims,json=contextTrims,proto3" json:"context_trims,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -998,6 +1002,13 @@ func (x *LlmTrace) GetStopReason() string {
 		return x.StopReason
 	}
 	return ""
+}
+
+func (x *LlmTrace) GetContextTrims() int32 {
+	if x != nil {
+		return x.ContextTrims
+	}
+	return 0
 }
 
 // Explain is the routing trace returned when a request asks for it.
@@ -1156,7 +1167,7 @@ const file_quarry_v1_types_proto_rawDesc = "" +
 	"\x10fuzzy_similarity\x18\x06 \x01(\x01R\x0ffuzzySimilarity\x12-\n" +
 	"\x12fuzzy_verification\x18\a \x01(\tR\x11fuzzyVerification\x12\x16\n" +
 	"\x06stored\x18\b \x01(\bR\x06stored\x12,\n" +
-	"\x12exact_replica_copy\x18\t \x01(\bR\x10exactReplicaCopy\"\xe8\x01\n" +
+	"\x12exact_replica_copy\x18\t \x01(\bR\x10exactReplicaCopy\"\x8d\x02\n" +
 	"\bLlmTrace\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12#\n" +
 	"\rprompt_tokens\x18\x02 \x01(\x03R\fpromptTokens\x12+\n" +
@@ -1168,7 +1179,8 @@ const file_quarry_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"tool_calls\x18\x06 \x03(\tR\ttoolCalls\x12\x1f\n" +
 	"\vstop_reason\x18\a \x01(\tR\n" +
-	"stopReason\"\xb7\x01\n" +
+	"stopReason\x12#\n" +
+	"\rcontext_trims\x18\b \x01(\x05R\fcontextTrims\"\xb7\x01\n" +
 	"\aExplain\x12.\n" +
 	"\x06stages\x18\x01 \x03(\v2\x16.quarry.v1.StageTimingR\x06stages\x12+\n" +
 	"\x05cache\x18\x02 \x01(\v2\x15.quarry.v1.CacheTraceR\x05cache\x12(\n" +

@@ -4,6 +4,7 @@
 package llm
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -114,11 +115,16 @@ func (p *OpenAI) chat(ctx context.Context, req loop.ChatRequest, onDelta func(st
 			}
 			continue
 		}
-		failed++
 		retry, what, _ := classify(err, p.cfg)
 		if emitted {
 			return nil, &loop.ProviderError{Summary: "the answer stream broke off after it had started", Err: err}
 		}
+		if contextLength(err) {
+			// The same conversation would be refused again: no retry. The loop
+			// shortens it and calls again.
+			return nil, &loop.ProviderError{Summary: fmt.Sprintf("%s after %d %s: %s", what, attempt, plural(attempt, "attempt", "attempts"), tooLong), Err: contextError{err}}
+		}
+		failed++
 		if !retry || failed > p.cfg.MaxRetries {
 			return nil, &loop.ProviderError{Summary: fmt.Sprintf("%s after %d %s", what, attempt, plural(attempt, "attempt", "attempts")), Err: err}
 		}
@@ -322,7 +328,7 @@ func classify(err error, cfg Config) (retry bool, what, kind string) {
 		case http.StatusNotFound:
 			what += " (check -llm-base-url and -llm-model)"
 		}
-		return retryableStatus(code), what, strconv.Itoa(code)
+		return retryableStatus(code) && !contextLength(err), what, strconv.Itoa(code)
 	case errors.As(err, &streamErr):
 		code, transient := streamFailure(streamErr.Event.Data)
 		what, kind = "the LLM reported an error in its stream", "stream_error"
@@ -330,7 +336,7 @@ func classify(err error, cfg Config) (retry bool, what, kind string) {
 			what, kind = fmt.Sprintf("%s (HTTP %d)", what, code), strconv.Itoa(code)
 			transient = retryableStatus(code)
 		}
-		return transient, what, kind
+		return transient && !contextLength(err), what, kind
 	case errors.Is(err, context.DeadlineExceeded):
 		return true, fmt.Sprintf("no complete answer within -llm-timeout (%s)", cfg.Timeout), "timeout"
 	case errors.Is(err, errBrokenStream), errors.Is(err, io.ErrUnexpectedEOF):
@@ -358,12 +364,84 @@ func refusesStreamOptions(err error) bool {
 	if apiErr.Param == field || strings.Contains(apiErr.Message, field) {
 		return true
 	}
+	return strings.Contains(errorBody(apiErr), field)
+}
+
+// errorBody returns the body of a refused request (the client puts it back on the
+// response for errors it read), and puts it back again for the next reader.
+func errorBody(apiErr *openai.Error) string {
 	if apiErr.Response == nil || apiErr.Response.Body == nil {
+		return ""
+	}
+	b, _ := io.ReadAll(io.LimitReader(apiErr.Response.Body, 64<<10))
+	apiErr.Response.Body = io.NopCloser(bytes.NewReader(b))
+	return string(b)
+}
+
+// ErrContextLength is loop.ErrContextLength: a failed Chat matches it when the endpoint
+// refused the conversation as too long for the model's context window.
+var ErrContextLength = loop.ErrContextLength
+
+// contextError is a context-length refusal: it matches ErrContextLength and keeps the
+// server's error in the chain.
+type contextError struct{ err error }
+
+func (e contextError) Error() string   { return e.err.Error() }
+func (e contextError) Unwrap() []error { return []error{ErrContextLength, e.err} }
+
+// tooLong is what users are told of a context-length refusal.
+const tooLong = "the conversation exceeds the model's context window"
+
+// contextMarkers are the words, lower-cased, by which servers say a request does not
+// fit the model's context window (prompt and max_tokens together):
+//
+//   - OpenAI and Azure OpenAI: 400, error.code "context_length_exceeded", "This model's
+//     maximum context length is 8192 tokens. However, your messages resulted in ...";
+//   - vLLM: 400 with its error object at the top level of the body (older releases) or
+//     under "error", "This model's maximum context length is 4096 tokens. However, you
+//     requested 4726 tokens (3726 in the messages, 1000 in the completion)..." (newer:
+//     "... you requested 2048 output tokens and your prompt contains at least ..."), and
+//     from its engine "The decoder prompt (length N) is longer than the maximum model
+//     length of M";
+//   - llama.cpp server: error.type "exceed_context_size_error", "the request exceeds the
+//     available context size, try increasing it" (HTTP 500 before late 2025, 400 since),
+//     and older "Context size has been exceeded." (500).
+//
+// Ollama cuts the prompt to fit without a word, so it never refuses.
+var contextMarkers = []string{
+	"context_length_exceeded",
+	"maximum context length",
+	"longer than the maximum model length",
+	"exceed_context_size_error",
+	"exceeds the available context size",
+	"context size has been exceeded",
+}
+
+// contextLength reports whether a request was refused, with an HTTP error or an error
+// event in its stream, because the conversation does not fit the model's context
+// window. Sending it again unchanged would be refused again.
+func contextLength(err error) bool {
+	var text string
+	var apiErr *openai.Error
+	var streamErr *ssestream.StreamError
+	switch {
+	case errors.As(err, &apiErr):
+		if apiErr.StatusCode < 400 {
+			return false
+		}
+		text = apiErr.Code + " " + apiErr.Type + " " + apiErr.Message + " " + errorBody(apiErr)
+	case errors.As(err, &streamErr):
+		text = string(streamErr.Event.Data)
+	default:
 		return false
 	}
-	// The client puts the body back on the response for errors it read.
-	b, _ := io.ReadAll(io.LimitReader(apiErr.Response.Body, 64<<10))
-	return strings.Contains(string(b), field)
+	text = strings.ToLower(text)
+	for _, m := range contextMarkers {
+		if strings.Contains(text, m) {
+			return true
+		}
+	}
+	return false
 }
 
 // retryableStatus reports whether another attempt may get past an HTTP status: a

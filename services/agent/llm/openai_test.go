@@ -464,7 +464,8 @@ func TestErrorEventsInTheStream(t *testing.T) {
 		{"OpenAI's server_error is retried", `{"error":{"message":"The server had an error while processing your request.","type":"server_error","param":null,"code":null}}`, "", 2},
 		{"a numeric 5xx code is retried", `{"error":{"message":"Provider returned error","code":502}}`, "", 2},
 		{"a rate limit is retried", `{"error":{"message":"Rate limit reached","type":"rate_limit_exceeded","code":"rate_limit_exceeded"}}`, "", 2},
-		{"a bad request is not retried", `{"error":{"object":"error","message":"This model's maximum context length is 4096 tokens","type":"BadRequestError","code":400}}`, "the LLM reported an error in its stream (HTTP 400) after 1 attempt", 1},
+		{"a bad request is not retried", `{"error":{"object":"error","message":"Expecting ',' delimiter: line 1 column 43 (char 42)","type":"BadRequestError","code":400}}`, "the LLM reported an error in its stream (HTTP 400) after 1 attempt", 1},
+		{"a context-length refusal is not retried and says so", `{"error":{"object":"error","message":"This model's maximum context length is 4096 tokens","type":"BadRequestError","code":400}}`, "the LLM reported an error in its stream (HTTP 400) after 1 attempt: the conversation exceeds the model's context window", 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -541,5 +542,55 @@ func TestTheStreamOptionsRefusalCostsNoRetry(t *testing.T) {
 	resp, err := New(cfg).Chat(context.Background(), chatRequest(), onDelta)
 	if err != nil || resp.Content != "ok" || resp.Attempts != 3 {
 		t.Fatalf("Chat = %+v, %v; want ok after 3 requests (refusal, 503, success)", resp, err)
+	}
+}
+
+// A conversation longer than the model's context window is refused the same way every
+// time it is sent, so it is not retried (it would only spend -llm-max-retries): the
+// error says so in the chain (loop.ErrContextLength), for the loop to shorten the
+// conversation, and in its summary, for users — whichever server refused, in
+// whichever shape, and however the call was made.
+func TestContextLengthRefusalsAreRecognisedAndNotRetried(t *testing.T) {
+	type shape struct {
+		name   string
+		turn   llmtest.Turn
+		stream bool
+	}
+	var shapes []shape
+	for _, r := range llmtest.ContextRefusals {
+		shapes = append(shapes, shape{r.Name, r.Turn, true}, shape{r.Name + ", unstreamed", r.Turn, false})
+	}
+	// An error event in place of the first chunk, as vLLM sends what its engine
+	// refuses after the stream has opened.
+	shapes = append(shapes, shape{"vLLM, in the stream", llmtest.Turn{SSE: sse(`{"error":{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 4726 tokens (2678 in the messages, 2048 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}}`)}, true})
+	for _, tt := range shapes {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := llmtest.New(t, tt.turn, llmtest.Turn{Content: "never"})
+			cfg := testConfig(srv.BaseURL())
+			cfg.Stream = tt.stream
+			onDelta, _ := collect(t)
+			_, err := New(cfg).Chat(context.Background(), chatRequest(), onDelta)
+			if n := len(srv.Requests()); n != 1 {
+				t.Errorf("server saw %d requests, want 1: the same conversation is refused again", n)
+			}
+			var pe *loop.ProviderError
+			if !errors.As(err, &pe) || !errors.Is(err, loop.ErrProvider) || !errors.Is(err, loop.ErrContextLength) {
+				t.Fatalf("Chat error %v, want a ProviderError matching ErrProvider and ErrContextLength", err)
+			}
+			if !strings.Contains(pe.Summary, "context window") {
+				t.Errorf("summary %q does not say the conversation is too long for the model", pe.Summary)
+			}
+		})
+	}
+	// Other refusals are not mistaken for it.
+	for _, turn := range []llmtest.Turn{{Status: 400}, {Status: 500}, {Status: 400, Body: `{"error":{"message":"Invalid 'messages[3].content': string too long. Expected a string with maximum length 1048576, but got a string with length 2000000 instead.","type":"invalid_request_error","param":"messages[3].content","code":"string_above_max_length"}}`}} {
+		srv := llmtest.New(t, turn)
+		srv.Repeat(turn)
+		cfg := testConfig(srv.BaseURL())
+		cfg.MaxRetries = 0
+		onDelta, _ := collect(t)
+		if _, err := New(cfg).Chat(context.Background(), chatRequest(), onDelta); err == nil || errors.Is(err, loop.ErrContextLength) {
+			t.Errorf("HTTP %d %s: error %v, want a failure that is not ErrContextLength", turn.Status, turn.Body, err)
+		}
 	}
 }

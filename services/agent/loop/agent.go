@@ -89,7 +89,8 @@ func (a *Agent) Answer(ctx context.Context, req *quarryv1.AnswerRequest, onDelta
 	if err != nil {
 		return nil, err
 	}
-	r := &run{a: a, spec: spec, req: req, onDelta: onDelta, trace: &quarryv1.LlmTrace{}, seen: map[string]int{}}
+	r := &run{a: a, spec: spec, req: req, onDelta: onDelta, trace: &quarryv1.LlmTrace{}, seen: map[string]int{},
+		keys: map[int]string{}, trimmed: map[int]bool{}}
 	ctx, span, own := answerSpan(ctx, spec.tier)
 	if own {
 		defer span.End()
@@ -101,7 +102,9 @@ func (a *Agent) Answer(ctx context.Context, req *quarryv1.AnswerRequest, onDelta
 		}
 	}
 	began := time.Now()
-	r.msgs = a.prompt(ctx, spec, req)
+	r.manifest = a.manifests.get(ctx, a, req.GetKnowledgeBase(), req.GetGeneration(), req.GetContentVersion())
+	r.docsInPrompt = len(req.GetPrefetched())
+	r.msgs = a.prompt(spec, req, r.manifest, r.docsInPrompt)
 	if err := r.loop(ctx); err != nil {
 		return nil, err
 	}
@@ -122,6 +125,17 @@ type run struct {
 	msgs    []Message
 	trace   *quarryv1.LlmTrace
 	seen    map[string]int // tool calls asked for, by tools.Set.Key
+
+	// What shrink needs to shorten the chat when it outgrows the model's context
+	// window: the rendered manifest and the number of pre-fetched documents (T3) in the
+	// prompt, to build it again with fewer; each tool message's call, by index in msgs;
+	// the tool messages replaced by a note; and, for the trace, how often and how much.
+	manifest     string
+	docsInPrompt int
+	keys         map[int]string
+	trimmed      map[int]bool
+	trims        int
+	trimmedChars int
 
 	text    strings.Builder // everything sent through onDelta: the answer
 	docs    []*quarryv1.Document
@@ -220,6 +234,7 @@ func (r *run) useTools(ctx, tctx context.Context, resp *ChatResponse, offered []
 		if err != nil {
 			return "", err
 		}
+		r.keys[len(r.msgs)] = r.a.tools.Key(tc.Name, tc.Arguments)
 		r.msgs = append(r.msgs, Message{Role: RoleTool, ToolCallID: tc.ID, Content: out})
 	}
 	return stop, nil
@@ -344,22 +359,30 @@ func (r *run) call(ctx context.Context, deadline time.Time, offered []string) (*
 	return resp, err
 }
 
-// chat sends the conversation so far and records the call in the trace.
+// chat sends the conversation so far and records the call in the trace. A conversation
+// the model refuses as too long for its context window is shortened (see shrink) and
+// sent again, within ctx, until it fits or nothing is left to shorten; each round
+// shortens it, so the rounds are few, and they are not retries of the provider's.
 func (r *run) chat(ctx context.Context, offered []string, onDelta func(string) error) (*ChatResponse, error) {
-	req := ChatRequest{Messages: r.msgs, MaxTokens: r.spec.maxTokens, Temperature: r.spec.temperature}
+	req := ChatRequest{MaxTokens: r.spec.maxTokens, Temperature: r.spec.temperature}
 	for _, s := range r.a.tools.Specs(offered...) {
 		req.Tools = append(req.Tools, ToolSpec(s))
 	}
 	r.trace.Calls++
-	resp, err := r.a.llm.Chat(ctx, req, onDelta)
-	if resp != nil {
-		r.trace.PromptTokens += resp.PromptTokens
-		r.trace.CompletionTokens += resp.CompletionTokens
-		if resp.Model != "" {
-			r.trace.Model = resp.Model
+	for {
+		req.Messages = r.msgs
+		resp, err := r.a.llm.Chat(ctx, req, onDelta)
+		if resp != nil {
+			r.trace.PromptTokens += resp.PromptTokens
+			r.trace.CompletionTokens += resp.CompletionTokens
+			if resp.Model != "" {
+				r.trace.Model = resp.Model
+			}
+		}
+		if err == nil || !errors.Is(err, ErrContextLength) || ctx.Err() != nil || !r.shrink(ctx) {
+			return resp, err
 		}
 	}
-	return resp, err
 }
 
 // conclude stops the loop and has the model answer, without tools, from what the

@@ -781,3 +781,57 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// tooLong refuses the chat as too long for the model's context window.
+func tooLong(context.Context, ChatRequest, func(string) error) (*ChatResponse, error) {
+	return nil, &ProviderError{Summary: "HTTP 400 Bad Request after 1 attempt: the conversation exceeds the model's context window", Err: ErrContextLength}
+}
+
+// A tool result trimmed to fit the context window is gone from the chat, so the call
+// that gave it may be made again: loop detection must not stop it as a repeat whose
+// result "is above".
+func TestACallTrimmedAwayMayBeMadeAgain(t *testing.T) {
+	const read = `read_document {"path":"deploy/checklist.md"}`
+	h := newHarness(t, testConfig(), use(read), use(`read_document {"path":"deploy/rollback.md"}`), tooLong, use(read), say("Check the error budget."))
+	h.kb.docs["deploy/checklist.md"].Content = strings.Repeat("Check the error budget before a production deploy. ", 20)
+	ans, err := h.answer(t, context.Background(), t4Request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans.Degraded || ans.Llm.StopReason != StopAnswered {
+		t.Fatalf("degraded %v (%q), stop %q; want an answer", ans.Degraded, ans.DegradedReason, ans.Llm.StopReason)
+	}
+	if want := []string{"deploy/checklist.md", "deploy/rollback.md", "deploy/checklist.md"}; !slices.Equal(h.kb.reads, want) {
+		t.Errorf("reads %v, want %v", h.kb.reads, want)
+	}
+	reqs := h.llm.requests()
+	if len(reqs) != 5 {
+		t.Fatalf("%d calls, want 5", len(reqs))
+	}
+	if got := reqs[3].Messages[3].Content; !strings.HasPrefix(got, "[trimmed to fit the model's context: ") {
+		t.Errorf("the first result, asked again, is %q; want the note", got)
+	}
+}
+
+// A refusal that comes back after the loop's deadline is not answered by shortening
+// the chat and asking again: the loop stops and concludes.
+func TestARefusalPastTheDeadlineIsNotRetried(t *testing.T) {
+	cfg := testConfig()
+	cfg.Deadline = 100 * time.Millisecond
+	late := func(ctx context.Context, req ChatRequest, onDelta func(string) error) (*ChatResponse, error) {
+		<-ctx.Done()
+		return tooLong(ctx, req, onDelta)
+	}
+	h := newHarness(t, cfg, use(`read_document {"path":"deploy/checklist.md"}`), use(`read_document {"path":"deploy/rollback.md"}`), late, say("From what was read."))
+	h.kb.docs["deploy/checklist.md"].Content = strings.Repeat("Check the error budget before a production deploy. ", 20)
+	ans, err := h.answer(t, context.Background(), t4Request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans.Degraded || ans.Llm.StopReason != StopDeadline || len(h.llm.requests()) != 4 {
+		t.Fatalf("degraded %v (%q), stop %q, %d calls; want the concluding answer after 4 calls", ans.Degraded, ans.DegradedReason, ans.Llm.StopReason, len(h.llm.requests()))
+	}
+	if got := h.llm.requests()[3].Messages[3].Content; strings.HasPrefix(got, "[trimmed") {
+		t.Errorf("the chat was trimmed after the deadline: %q", got)
+	}
+}

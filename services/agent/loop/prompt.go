@@ -23,9 +23,10 @@ Never repeat a call you have already made: its result is above. Stop as soon as 
 Answer only from what the tools returned; never invent commands, names, numbers or steps. If the knowledge base does not answer the question, say so and say what is missing.
 Be concise and use markdown. Cite the documents you used by path in backticks, e.g. ` + "`auth/jwt/token-validation.md`" + `.`
 
-// prompt builds the opening messages of an answer: the instructions, the documents
-// (T3) or the search's leads (T4), the knowledge base's structure and the question.
-func (a *Agent) prompt(ctx context.Context, spec tierSpec, req *quarryv1.AnswerRequest) []Message {
+// prompt builds the opening messages of an answer: the instructions, the first docs of
+// the pre-fetched documents (T3) or the search's leads (T4), the knowledge base's
+// structure (manifest, rendered) and the question.
+func (a *Agent) prompt(spec tierSpec, req *quarryv1.AnswerRequest, manifest string, docs int) []Message {
 	var sys, user strings.Builder
 	switch spec.tier {
 	case quarryv1.Tier_TIER_SINGLE_LLM:
@@ -38,6 +39,19 @@ func (a *Agent) prompt(ctx context.Context, spec tierSpec, req *quarryv1.AnswerR
 			user.WriteString("\n(none)\n")
 		}
 		for i, d := range req.GetPrefetched() {
+			if i == docs {
+				left := req.GetPrefetched()[i:]
+				paths := make([]string, len(left))
+				for j, d := range left {
+					paths[j] = "`" + d.GetPath() + "`"
+				}
+				fmt.Fprintf(&user, "\n(%d more found for the question, left out to fit the model's context: %s", len(left), strings.Join(paths, ", "))
+				if spec.maxSteps > 0 {
+					user.WriteString("; read them with read_document if you need them")
+				}
+				user.WriteString(".)\n")
+				break
+			}
 			fmt.Fprintf(&user, "\n## Document %d\n\n%s\n", i+1, a.tools.FormatDocument(d))
 		}
 	default:
@@ -54,9 +68,9 @@ func (a *Agent) prompt(ctx context.Context, spec tierSpec, req *quarryv1.AnswerR
 			fmt.Fprintf(&user, "%d. `%s` — %s (relevance %.2f)\n", i+1, s.GetPath(), oneLine(s.GetTitle()), s.GetRelevance())
 		}
 	}
-	if m := a.manifests.get(ctx, a, req.GetKnowledgeBase(), req.GetGeneration(), req.GetContentVersion()); m != "" {
+	if manifest != "" {
 		user.WriteString("\n# Structure of the knowledge base\n\n")
-		user.WriteString(m)
+		user.WriteString(manifest)
 	}
 	fmt.Fprintf(&user, "\n# Question\n\n%s\n", req.GetQuery())
 	return []Message{{Role: RoleSystem, Content: sys.String()}, {Role: RoleUser, Content: user.String()}}

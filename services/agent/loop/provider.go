@@ -13,13 +13,20 @@ type Provider interface {
 	// onDelta as it arrives; when onDelta returns an error the call stops with it.
 	// Implementations retry what is worth retrying (rate limits, server errors,
 	// timeouts) before any text has been passed on, and return ErrProvider (wrapped)
-	// when the model could not be reached or broke off.
+	// when the model could not be reached or broke off, with ErrContextLength also in
+	// the chain when it refused the conversation as too long for its context window.
 	Chat(ctx context.Context, req ChatRequest, onDelta func(string) error) (*ChatResponse, error)
 }
 
 // ErrProvider means the LLM did not produce a turn: it was unreachable, kept failing
 // after its retries, or its stream broke off.
 var ErrProvider = errors.New("LLM provider failed")
+
+// ErrContextLength means the endpoint refused a request because the conversation does
+// not fit the model's context window (prompt and max_tokens together). Providers return
+// it wrapped in their ProviderError; the loop then shortens the conversation and asks
+// again rather than failing the answer.
+var ErrContextLength = errors.New("the conversation exceeds the model's context window")
 
 // ProviderError is a provider failure with a summary that is safe to show to users
 // (no addresses, no response bodies); the cause stays in the chain for the logs.

@@ -47,6 +47,10 @@ func (r *run) record(span trace.Span) {
 		attribute.Int("quarry.agent.tool_calls", len(t.GetToolCalls())),
 		attribute.String("quarry.agent.stop_reason", t.GetStopReason()),
 		attribute.Bool("quarry.degraded", r.degraded),
+		// How often the chat was shortened to fit the model's context window, and by
+		// how many characters (see shrink).
+		attribute.Int("quarry.agent.context_trims", r.trims),
+		attribute.Int("quarry.agent.context_trimmed_chars", r.trimmedChars),
 		semconv.GenAIUsageInputTokens(int(t.GetPromptTokens())),
 		semconv.GenAIUsageOutputTokens(int(t.GetCompletionTokens())),
 	}

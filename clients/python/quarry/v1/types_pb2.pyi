@@ -116,9 +116,10 @@ class GateTrace(_message.Message):
     def __init__(self, search_text: _Optional[str] = ..., scope: _Optional[str] = ..., all_terms_matched: bool = ..., result_count: _Optional[int] = ..., entity_terms: _Optional[_Iterable[str]] = ..., top_relevance: _Optional[float] = ..., second_relevance: _Optional[float] = ..., top_score: _Optional[float] = ..., out_of_domain_rule: _Optional[str] = ..., direct_decision: _Optional[str] = ..., thresholds: _Optional[_Mapping[str, float]] = ..., results: _Optional[_Iterable[_Union[ScoredResult, _Mapping]]] = ...) -> None: ...
 
 class LlmTrace(_message.Message):
-    __slots__ = ["calls", "completion_tokens", "iterations", "model", "prompt_tokens", "stop_reason", "tool_calls"]
+    __slots__ = ["calls", "completion_tokens", "context_trims", "iterations", "model", "prompt_tokens", "stop_reason", "tool_calls"]
     CALLS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_TRIMS_FIELD_NUMBER: _ClassVar[int]
     ITERATIONS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -126,12 +127,13 @@ class LlmTrace(_message.Message):
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     calls: int
     completion_tokens: int
+    context_trims: int
     iterations: int
     model: str
     prompt_tokens: int
     stop_reason: str
     tool_calls: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., calls: _Optional[int] = ..., iterations: _Optional[int] = ..., tool_calls: _Optional[_Iterable[str]] = ..., stop_reason: _Optional[str] = ...) -> None: ...
+    def __init__(self, model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., calls: _Optional[int] = ..., iterations: _Optional[int] = ..., tool_calls: _Optional[_Iterable[str]] = ..., stop_reason: _Optional[str] = ..., context_trims: _Optional[int] = ...) -> None: ...
 
 class ScoredResult(_message.Message):
     __slots__ = ["boost", "coverage", "engine_score", "from_entity_search", "importance", "path", "propagated_from", "recency", "relevance", "score"]

@@ -167,6 +167,9 @@ type Server struct {
 	problems []string
 	received chan *Request
 	canceled chan *Request
+	// limit, when > 0, refuses every request whose body is longer, with refusal.
+	limit   int
+	refusal Turn
 }
 
 // New starts a server that answers with turns, in order, and closes it when the test
@@ -193,6 +196,33 @@ func (s *Server) Repeat(turn Turn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.repeat = &turn
+}
+
+// LimitContext makes the server refuse every request whose body is longer than limit
+// bytes with refusal (one of ContextRefusals), as a server refuses a conversation that
+// does not fit its model's context window; refused requests are recorded but use no
+// scripted turn. 0 lifts the limit.
+func (s *Server) LimitContext(limit int, refusal Turn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limit, s.refusal = limit, refusal
+}
+
+// ContextRefusals are the ways OpenAI-compatible servers refuse a conversation longer
+// than the model's context window, as they send them.
+var ContextRefusals = []struct {
+	Name string
+	Turn Turn
+}{
+	{"OpenAI", Turn{Status: http.StatusBadRequest, Body: `{"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 8227 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`}},
+	// vLLM's own error object, at the top level of the body (older releases) or under
+	// "error"; the "decoder prompt" one comes from its engine's own check.
+	{"vLLM", Turn{Status: http.StatusBadRequest, Body: `{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 4726 tokens (2678 in the messages, 2048 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}`}},
+	{"vLLM under error", Turn{Status: http.StatusBadRequest, Body: `{"error":{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 2048 output tokens and your prompt contains at least 2049 input tokens, for a total of at least 4097 tokens.","type":"BadRequestError","param":null,"code":400}}`}},
+	{"vLLM engine", Turn{Status: http.StatusBadRequest, Body: `{"object":"error","message":"The decoder prompt (length 4120) is longer than the maximum model length of 4096. Make sure that ` + "`max_model_len`" + ` is no smaller than the number of text tokens.","type":"BadRequestError","param":null,"code":400}`}},
+	{"llama.cpp server", Turn{Status: http.StatusBadRequest, Body: `{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":4390,"n_ctx":4096}}`}},
+	// llama.cpp server answered this one with HTTP 500 until late 2025.
+	{"llama.cpp server, older", Turn{Status: http.StatusInternalServerError, Body: `{"error":{"code":500,"message":"the request exceeds the available context size. try increasing the context size or enable context shift","type":"exceed_context_size_error","n_prompt_tokens":1407,"n_ctx":256}}`}},
 }
 
 // Requests returns the requests received so far.
@@ -259,6 +289,12 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
+	if s.limit > 0 && len(req.Raw) > s.limit {
+		refusal := s.refusal
+		s.mu.Unlock()
+		s.respond(w, r, req, refusal)
+		return
+	}
 	var turn Turn
 	switch {
 	case len(s.script) > 0:
