@@ -74,6 +74,9 @@ type Config struct {
 	MaxEntries int
 	// MaxEntryBytes bounds the size of one entry (Entry.Size).
 	MaxEntryBytes int
+	// MaxBytes bounds the sum of the in-process store's entries (Entry.Size); the least
+	// recently used go first. Redis is bounded by its own maxmemory.
+	MaxBytes int
 	// FuzzyMin is the Jaccard similarity a fuzzy candidate must reach.
 	FuzzyMin float64
 	// FuzzyMinTokens is the fewest tokens a query (and a cached entry) needs to take
@@ -86,6 +89,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.TTL, "cache-ttl", 60*time.Second, "how long a cached answer is served")
 	fs.IntVar(&c.MaxEntries, "cache-max-entries", 10000, "maximum cached answers (least recently used are evicted)")
 	fs.IntVar(&c.MaxEntryBytes, "cache-max-entry-bytes", 256<<10, "maximum size of one cached answer in bytes")
+	fs.IntVar(&c.MaxBytes, "cache-max-bytes", 512<<20, "maximum bytes of cached answers the in-process cache holds (least recently used are evicted; Redis is bounded by its maxmemory)")
 	fs.Float64Var(&c.FuzzyMin, "fuzzy-min", 0.6, "Jaccard similarity of query tokens a fuzzy-cache candidate must reach")
 	fs.IntVar(&c.FuzzyMinTokens, "fuzzy-min-tokens", 2, "fewest query tokens for a fuzzy-cache lookup")
 }
@@ -102,6 +106,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("-cache-max-entries must be at least 1, got %d", c.MaxEntries)
 	case c.MaxEntryBytes < 1:
 		return fmt.Errorf("-cache-max-entry-bytes must be at least 1, got %d", c.MaxEntryBytes)
+	case c.MaxBytes < c.MaxEntryBytes:
+		return fmt.Errorf("-cache-max-bytes (%d) must be at least -cache-max-entry-bytes (%d)", c.MaxBytes, c.MaxEntryBytes)
 	case !(c.FuzzyMin > 0 && c.FuzzyMin <= 1):
 		return fmt.Errorf("-fuzzy-min must be in (0, 1], got %g", c.FuzzyMin)
 	case c.FuzzyMinTokens < 1:

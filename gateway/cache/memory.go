@@ -19,6 +19,7 @@ type Memory struct {
 	parts map[partKey]*partition
 	lru   node // sentinel: lru.next is the most recently used entry, lru.prev the least
 	n     int
+	bytes int // the entries' Entry.Size, summed
 	seq   uint64
 	// stamp marks the nodes counted by the current Similar call, so counts live in the
 	// nodes themselves instead of a per-call map.
@@ -51,6 +52,7 @@ type node struct {
 	pos     []int // pos[i] is the node's index in part.postings[e.Tokens[i]]
 	expires int64 // unix nanoseconds
 	seq     uint64
+	size    int // e.Size()
 
 	prev, next *node
 
@@ -243,7 +245,7 @@ func (m *Memory) Put(_ context.Context, e *Entry) error {
 		Value:      e.Value,
 		StoredAt:   now,
 	}
-	n := &node{e: c, pos: make([]int, len(c.Tokens)), expires: now.Add(m.cfg.TTL).UnixNano()}
+	n := &node{e: c, pos: make([]int, len(c.Tokens)), expires: now.Add(m.cfg.TTL).UnixNano(), size: c.Size()}
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -261,7 +263,7 @@ func (m *Memory) Put(_ context.Context, e *Entry) error {
 	for i := 0; i < sweepPerPut && m.lru.prev != &m.lru && m.lru.prev.expires <= now.UnixNano(); i++ {
 		m.removeKeep(m.lru.prev, p)
 	}
-	for m.n >= m.cfg.MaxEntries {
+	for m.n > 0 && (m.n >= m.cfg.MaxEntries || m.bytes+n.size > m.cfg.MaxBytes) {
 		m.removeKeep(m.lru.prev, p)
 	}
 
@@ -276,6 +278,7 @@ func (m *Memory) Put(_ context.Context, e *Entry) error {
 	}
 	m.pushFront(n)
 	m.n++
+	m.bytes += n.size
 	return nil
 }
 
@@ -318,6 +321,7 @@ func (m *Memory) remove(n *node) {
 		delete(m.parts, p.key)
 	}
 	m.n--
+	m.bytes -= n.size
 }
 
 func (m *Memory) pushFront(n *node) {
