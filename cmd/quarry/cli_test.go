@@ -321,3 +321,15 @@ func TestFirstLineCutsAtACharacter(t *testing.T) {
 		}
 	}
 }
+
+// The explain trace shows how often the agent shortened a chat that outgrew the model's
+// context window, and says nothing of it when it never did.
+func TestExplainShowsContextTrims(t *testing.T) {
+	for _, n := range []int32{0, 2} {
+		var b strings.Builder
+		printExplain(&b, &quarryv1.Explain{Llm: &quarryv1.LlmTrace{Model: "m", Calls: 3, ContextTrims: n, StopReason: "answered"}})
+		if got, want := strings.Contains(b.String(), "context_trims="), n > 0; got != want || n > 0 && !strings.Contains(b.String(), "context_trims=2\n") {
+			t.Errorf("explain with %d trims printed %q", n, b.String())
+		}
+	}
+}

@@ -157,7 +157,11 @@ func printExplain(w io.Writer, ex *quarryv1.Explain) {
 		}
 	}
 	if l := ex.GetLlm(); l != nil {
-		fmt.Fprintf(w, "  llm: model=%s calls=%d iterations=%d tokens=%d+%d stop=%s\n", l.GetModel(), l.GetCalls(), l.GetIterations(), l.GetPromptTokens(), l.GetCompletionTokens(), l.GetStopReason())
+		fmt.Fprintf(w, "  llm: model=%s calls=%d iterations=%d tokens=%d+%d stop=%s", l.GetModel(), l.GetCalls(), l.GetIterations(), l.GetPromptTokens(), l.GetCompletionTokens(), l.GetStopReason())
+		if n := l.GetContextTrims(); n > 0 {
+			fmt.Fprintf(w, " context_trims=%d", n) // the chat outgrew the model's window
+		}
+		fmt.Fprintln(w)
 		for _, c := range l.GetToolCalls() {
 			fmt.Fprintf(w, "    tool %s\n", c)
 		}
