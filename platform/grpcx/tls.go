@@ -27,7 +27,8 @@ type ServerTLSConfig struct {
 	// a renewed certificate needs no restart.
 	CertFile, KeyFile string
 	// ClientCAFile, when set, makes the server require a client certificate signed by
-	// one of the PEM CAs in it (mutual TLS). Read once at start.
+	// one of the PEM CAs in it (mutual TLS). Read again when it changes, like the
+	// certificate: cert-manager rotates ca.crt in the same Secret.
 	ClientCAFile string
 }
 
@@ -35,7 +36,7 @@ type ServerTLSConfig struct {
 func (c *ServerTLSConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CertFile, "tls-cert", "", `PEM certificate chain to serve TLS with ("" = plaintext); reloaded when the file changes`)
 	fs.StringVar(&c.KeyFile, "tls-key", "", "PEM private key of -tls-cert")
-	fs.StringVar(&c.ClientCAFile, "tls-client-ca", "", `PEM CA bundle: require and verify client certificates signed by it (mutual TLS; needs -tls-cert)`)
+	fs.StringVar(&c.ClientCAFile, "tls-client-ca", "", `PEM CA bundle: require and verify client certificates signed by it (mutual TLS; needs -tls-cert); reloaded when the file changes`)
 }
 
 // Enabled reports whether the server speaks TLS.
@@ -67,12 +68,22 @@ func (c ServerTLSConfig) ServerOption() (grpc.ServerOption, error) {
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return pair.get() },
 	}
 	if c.ClientCAFile != "" {
-		pool, err := loadPool("-tls-client-ca", c.ClientCAFile)
+		cas, err := newCAPool("-tls-client-ca", c.ClientCAFile)
 		if err != nil {
 			return nil, err
 		}
-		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		// Each handshake verifies against the CAs as the file holds them then: after a
+		// CA renewal the callers' reloaded certificates come from the new CA, and a
+		// pool read once at start refused them all until a restart. The per-handshake
+		// config replaces the one gRPC completes, so it offers h2 itself.
+		cfg.NextProtos = []string{"h2"}
+		base := cfg.Clone()
+		cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			hc := base.Clone()
+			hc.ClientCAs = cas.get()
+			return hc, nil
+		}
 	}
 	return grpc.Creds(credentials.NewTLS(cfg)), nil
 }
@@ -96,7 +107,8 @@ type ClientTLSConfig struct {
 	// Enabled turns TLS on; any of the file or server-name fields imply it. Without
 	// CAFile the system's roots are trusted.
 	Enabled bool
-	// CAFile is a PEM bundle of the CAs the peer's certificate must chain to.
+	// CAFile is a PEM bundle of the CAs the peer's certificate must chain to, read
+	// again when it changes.
 	CAFile string
 	// CertFile and KeyFile are the client certificate for mutual TLS, reloaded when
 	// they change on disk.
@@ -125,7 +137,7 @@ func (c *ClientTLSConfig) RegisterFlags(fs *flag.FlagSet, peer string) {
 	}
 	p := c.flag[1:]
 	fs.BoolVar(&c.Enabled, p+"tls", false, "call "+what+" over TLS (implied by the other -"+p+"tls-* flags); trusts the system's CAs unless -"+p+"tls-ca")
-	fs.StringVar(&c.CAFile, p+"tls-ca", "", "PEM CA bundle that "+what+"'s certificate must chain to")
+	fs.StringVar(&c.CAFile, p+"tls-ca", "", "PEM CA bundle that "+what+"'s certificate must chain to; reloaded when the file changes")
 	fs.StringVar(&c.CertFile, p+"tls-cert", "", "PEM client certificate to present to "+what+" (mutual TLS); reloaded when the file changes")
 	fs.StringVar(&c.KeyFile, p+"tls-key", "", "PEM private key of -"+p+"tls-cert")
 	fs.StringVar(&c.ServerName, p+"tls-server-name", "", "name to verify "+what+"'s certificate against (default: the host of the address)")
@@ -188,12 +200,13 @@ func (c ClientTLSConfig) DialOption() (grpc.DialOption, error) {
 	}
 	p := c.flagPrefix()
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
+	var roots *caPool
 	if c.CAFile != "" {
-		pool, err := loadPool(p+"tls-ca", c.CAFile)
-		if err != nil {
+		var err error
+		if roots, err = newCAPool(p+"tls-ca", c.CAFile); err != nil {
 			return nil, err
 		}
-		cfg.RootCAs = pool
+		cfg.RootCAs = roots.get()
 	}
 	if c.CertFile != "" || c.KeyFile != "" {
 		pair, err := newKeyPair(p+"tls-cert", c.CertFile, p+"tls-key", c.KeyFile)
@@ -202,7 +215,40 @@ func (c ClientTLSConfig) DialOption() (grpc.DialOption, error) {
 		}
 		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return pair.get() }
 	}
-	return grpc.WithTransportCredentials(credentials.NewTLS(cfg)), nil
+	if roots == nil {
+		return grpc.WithTransportCredentials(credentials.NewTLS(cfg)), nil
+	}
+	return grpc.WithTransportCredentials(&rootsTLS{TransportCredentials: credentials.NewTLS(cfg), cfg: cfg, roots: roots}), nil
+}
+
+// rootsTLS is gRPC's TLS for a client whose trusted CAs are read again when their file
+// changes: a connection is made (and remade) for the life of the process, and once
+// the peer's reloaded certificate came from a renewed CA, roots read at start refused
+// every new connection until a restart. crypto/tls has no per-handshake hook for a
+// client's roots, so each handshake uses TLS credentials made with the CAs of the
+// moment.
+type rootsTLS struct {
+	credentials.TransportCredentials
+	cfg   *tls.Config
+	roots *caPool
+}
+
+func (r *rootsTLS) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	cfg := r.cfg.Clone()
+	cfg.RootCAs = r.roots.get()
+	return credentials.NewTLS(cfg).ClientHandshake(ctx, authority, conn)
+}
+
+func (r *rootsTLS) Clone() credentials.TransportCredentials {
+	return &rootsTLS{TransportCredentials: r.TransportCredentials.Clone(), cfg: r.cfg.Clone(), roots: r.roots}
+}
+
+// OverrideServerName is unused by gRPC (grpc.WithAuthority replaced it); it keeps the
+// name for the handshakes to come and for Info.
+func (r *rootsTLS) OverrideServerName(name string) error {
+	r.cfg.ServerName = name
+	r.TransportCredentials = credentials.NewTLS(r.cfg)
+	return nil
 }
 
 // keyPair is a certificate and key read from files, read again when either file's
@@ -265,6 +311,45 @@ func (p *keyPair) get() (*tls.Certificate, error) {
 		_ = p.load() // on failure keep serving the previous pair
 	}
 	return p.cert, nil
+}
+
+// caPool is a PEM CA bundle read again, like keyPair, when the file's modification
+// time or size changes. A bundle that fails to load (caught half-written) leaves the
+// previous one in use until the next handshake tries again.
+type caPool struct {
+	flag, file string
+
+	mu    sync.Mutex
+	pool  *x509.CertPool
+	stamp fileStamp
+}
+
+func newCAPool(flagName, file string) (*caPool, error) {
+	p := &caPool{flag: flagName, file: file}
+	if err := p.load(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *caPool) load() error {
+	st := stamp(p.file)
+	pool, err := loadPool(p.flag, p.file)
+	if err != nil {
+		return err
+	}
+	p.pool, p.stamp = pool, st
+	return nil
+}
+
+// get returns the current pool, first reloading it if the file changed.
+func (p *caPool) get() *x509.CertPool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if stamp(p.file) != p.stamp {
+		_ = p.load() // on failure keep trusting the previous CAs
+	}
+	return p.pool
 }
 
 func loadPool(flagName, path string) (*x509.CertPool, error) {

@@ -216,6 +216,95 @@ func TestServerCertificateIsReloadedWhenRotated(t *testing.T) {
 	}
 }
 
+// A CA rotated in place is trusted on the next connection, as the certificates it
+// signs are: cert-manager writes ca.crt into the same Secret as tls.crt and tls.key, and
+// after a CA renewal (new key) each side reloaded a certificate from the new CA while
+// still trusting only the old one, refusing every new connection until a restart.
+func TestCAsAreReloadedWhenRotated(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// rotateServer re-issues the server's certificate (the client's CA must follow);
+		// otherwise the client's certificate is re-issued (the server's client CA must).
+		rotateServer bool
+	}{
+		{"the client's -<peer>-tls-ca", true},
+		{"the server's -tls-client-ca", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old, renewed := tlstest.NewCA(t, "quarry"), tlstest.NewCA(t, "quarry-renewed")
+			srvDir, cliDir := t.TempDir(), t.TempDir()
+			at := func(dir, name string) string { return filepath.Join(dir, name) }
+			copyCA := func(ca *tlstest.CA, to string) {
+				raw, err := os.ReadFile(ca.CertFile)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(to, raw, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			touch := func(files ...string) {
+				// File times can be coarse: make the change visible whatever the clock's grain.
+				later := time.Now().Add(time.Minute)
+				for _, f := range files {
+					if err := os.Chtimes(f, later, later); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			old.IssueTo(t, at(srvDir, "tls.crt"), at(srvDir, "tls.key"), "server", "127.0.0.1")
+			copyCA(old, at(srvDir, "ca.crt"))
+			old.IssueTo(t, at(cliDir, "tls.crt"), at(cliDir, "tls.key"), "client")
+			copyCA(old, at(cliDir, "ca.crt"))
+
+			addr, _ := serve(t, serverOption(t, ServerTLSConfig{CertFile: at(srvDir, "tls.crt"), KeyFile: at(srvDir, "tls.key"), ClientCAFile: at(srvDir, "ca.crt")}))
+			// The client's credentials are made once, at start, as a service's are; each
+			// check is a new connection with them.
+			creds, err := ClientTLSConfig{CAFile: at(cliDir, "ca.crt"), CertFile: at(cliDir, "tls.crt"), KeyFile: at(cliDir, "tls.key")}.DialOption()
+			if err != nil {
+				t.Fatal(err)
+			}
+			connect := func() *grpc.ClientConn {
+				conn, err := Dial(addr, creds)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { conn.Close() })
+				return conn
+			}
+			if err := check(t, connect()); err != nil {
+				t.Fatalf("before the rotation: %v", err)
+			}
+
+			if tc.rotateServer {
+				renewed.IssueTo(t, at(srvDir, "tls.crt"), at(srvDir, "tls.key"), "server", "127.0.0.1")
+				copyCA(renewed, at(cliDir, "ca.crt"))
+				touch(at(srvDir, "tls.crt"), at(srvDir, "tls.key"), at(cliDir, "ca.crt"))
+			} else {
+				renewed.IssueTo(t, at(cliDir, "tls.crt"), at(cliDir, "tls.key"), "client")
+				copyCA(renewed, at(srvDir, "ca.crt"))
+				touch(at(cliDir, "tls.crt"), at(cliDir, "tls.key"), at(srvDir, "ca.crt"))
+			}
+			if err := check(t, connect()); err != nil {
+				t.Fatalf("after the CA's rotation: %v", err)
+			}
+
+			// A CA file caught half-written keeps the previous CAs in use.
+			caFile := at(srvDir, "ca.crt")
+			if tc.rotateServer {
+				caFile = at(cliDir, "ca.crt")
+			}
+			if err := os.WriteFile(caFile, []byte("-----BEGIN CERT"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			touch(caFile)
+			if err := check(t, connect()); err != nil {
+				t.Errorf("with a broken CA file: %v, want the previous CAs still trusted", err)
+			}
+		})
+	}
+}
+
 func TestTLSConfigErrorsNameTheFlagAndFile(t *testing.T) {
 	ca := tlstest.NewCA(t, "quarry")
 	cert, key := ca.Issue(t, "server", "127.0.0.1")
