@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -151,7 +152,12 @@ func (s *Server) Draining() <-chan struct{} { return s.draining }
 // health and reflection. Register services on it, then call Serve.
 func NewServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
 	rec := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
-		log.ErrorContext(ctx, "panic in handler", "panic", p)
+		// The panic value alone ("assignment to entry in nil map") does not say where,
+		// and the call log writes no line for a call that panicked: the stack (this
+		// runs in the deferred recover, still on the panicking goroutine) and the
+		// method are all an operator gets.
+		method, _ := grpc.Method(ctx)
+		log.ErrorContext(ctx, "panic in handler", "panic", p, "grpc.method", method, "stack", string(debug.Stack()))
 		return status.Error(codes.Internal, "internal error")
 	})
 	base := []grpc.ServerOption{
