@@ -4,6 +4,7 @@
 package auth
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -11,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"slices"
@@ -67,15 +69,22 @@ func HashKey(key string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// Load reads a JSON list of Keys from path.
+// Load reads a JSON list of Keys from path. A field it does not know is an error: a
+// misspelt one ("writes", "concurency") would otherwise be dropped without a word and
+// the key run with other rights or limits than its entry says.
 func Load(path string) ([]Key, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("auth keys: %w", err)
 	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
 	var keys []Key
-	if err := json.Unmarshal(raw, &keys); err != nil {
+	if err := dec.Decode(&keys); err != nil {
 		return nil, fmt.Errorf("auth keys %s: %w", path, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("auth keys %s: more after the list of keys", path)
 	}
 	return keys, nil
 }
