@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"regexp"
 	"strings"
 	"unicode/utf8"
 
@@ -79,11 +80,13 @@ func Direct(query string, docs []*tree.Document, gaps []string, cfg Config) stri
 			b.WriteString("---\n\n")
 		}
 		fmt.Fprintf(&b, "### %s\n\n", title(d))
-		body := strings.TrimSpace(demoteHeadings(dropTitleHeading(d.Content, d.Title)))
+		// Cut before demoting: MaxDocChars caps the document, not the "###" that demoting
+		// adds; and a line the cut leaves looking like a heading is demoted too.
+		body := trimBlankLines(dropTitleHeading(d.Content, d.Title))
 		if body == "" {
 			body = "_(empty document)_"
 		}
-		b.WriteString(closeFence(truncate(body, cfg.MaxDocChars)))
+		b.WriteString(closeFence(demoteHeadings(truncate(body, cfg.MaxDocChars))))
 		b.WriteString("\n\n")
 	}
 	writeSources(&b, docs)
@@ -245,40 +248,101 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-// dropTitleHeading removes a first heading that repeats the title the answer already shows.
+// dropTitleHeading removes a first heading (ATX "# title" or setext "title\n=====") that
+// repeats the title the answer already shows.
 func dropTitleHeading(content, title string) string {
 	trimmed := strings.TrimLeft(content, " \t\r\n")
 	line, rest, _ := strings.Cut(trimmed, "\n")
-	h := strings.TrimLeft(line, "#")
-	if len(h) == len(line) || !strings.EqualFold(strings.TrimSpace(h), strings.TrimSpace(title)) {
+	if h := strings.TrimLeft(line, "#"); len(h) < len(line) {
+		if strings.EqualFold(strings.TrimSpace(h), strings.TrimSpace(title)) {
+			return rest
+		}
 		return content
 	}
-	return rest
+	under, after, _ := strings.Cut(rest, "\n")
+	if setextLevel(strings.Trim(under, " \t\r")) > 0 && strings.EqualFold(strings.TrimSpace(line), strings.TrimSpace(title)) {
+		return after
+	}
+	return content
 }
+
+// trimBlankLines drops the blank lines around s and trailing white space, but not the
+// indentation of its first line, which can make it code.
+func trimBlankLines(s string) string {
+	for {
+		line, rest, ok := strings.Cut(s, "\n")
+		if !ok || strings.TrimSpace(line) != "" {
+			break
+		}
+		s = rest
+	}
+	if strings.TrimSpace(s) == "" {
+		return ""
+	}
+	return strings.TrimRight(s, " \t\r\n")
+}
+
+// fence is an open fenced code block: the character and length of the run that opened it.
+type fence struct {
+	char byte
+	n    int
+}
+
+// fenceRun reads a line as CommonMark reads a fence: up to three spaces, a run of three
+// or more backticks or tildes, and the rest of the line.
+func fenceRun(line string) (char byte, n int, rest string, ok bool) {
+	t := strings.TrimLeft(line, " ")
+	if len(line)-len(t) > 3 || len(t) < 3 || (t[0] != '`' && t[0] != '~') {
+		return 0, 0, "", false
+	}
+	for n < len(t) && t[n] == t[0] {
+		n++
+	}
+	if n < 3 {
+		return 0, 0, "", false
+	}
+	return t[0], n, t[n:], true
+}
+
+// openFence returns the fence a line opens, if it opens one: a backtick fence's info
+// string holds no backtick ("```x``` y" is inline code).
+func openFence(line string) (fence, bool) {
+	c, n, rest, ok := fenceRun(line)
+	if !ok || (c == '`' && strings.ContainsRune(rest, '`')) {
+		return fence{}, false
+	}
+	return fence{c, n}, true
+}
+
+// closedBy reports whether line closes f: a run of f's character at least as long as the
+// one that opened it, then nothing but white space. A shorter run ("```" in a "````"
+// block, a document showing markdown) or one with an info string ("```go") is content.
+func (f fence) closedBy(line string) bool {
+	c, n, rest, ok := fenceRun(line)
+	return ok && c == f.char && n >= f.n && strings.Trim(rest, " \t\r\n") == ""
+}
+
+func (f fence) String() string { return strings.Repeat(string(f.char), f.n) }
 
 // closeFence closes a code fence left open (by truncation, or by the author) so the rest
 // of the answer is not swallowed by it.
 func closeFence(s string) string {
-	fence := ""
+	var f fence
+	open := false
 	for _, l := range strings.Split(s, "\n") {
-		t := strings.TrimLeft(l, " ")
-		if len(l)-len(t) > 3 {
-			continue
-		}
-		switch {
-		case fence != "" && strings.HasPrefix(t, fence):
-			fence = ""
-		case fence == "" && (strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~")):
-			fence = t[:3]
+		if open {
+			open = !f.closedBy(l)
+		} else {
+			f, open = openFence(l)
 		}
 	}
-	if fence == "" {
+	if !open {
 		return s
 	}
 	if i := strings.LastIndex(s, "\n\n"+truncatedMarker); i >= 0 && i == len(s)-len(truncatedMarker)-2 {
-		return s[:i] + "\n" + fence + "\n\n" + truncatedMarker
+		return s[:i] + "\n" + f.String() + "\n\n" + truncatedMarker
 	}
-	return s + "\n" + fence
+	return s + "\n" + f.String()
 }
 
 // truncate cuts s after max characters (runes, never inside one) and marks the cut.
@@ -297,39 +361,114 @@ func truncate(s string, max int) string {
 }
 
 // demoteHeadings moves a document's own headings three levels down (capped at ######) so
-// they nest under its "### title" and cannot open a section of the answer. Fenced code is
-// left alone: a "# comment" in a shell block is not a heading.
+// they nest under its "### title" and cannot open a section of the answer. That goes for
+// setext headings too (a paragraph underlined with "===" or "---"), rewritten as ATX
+// headings of the demoted level. Fenced and indented code is left alone: a "# comment" in
+// a shell block is not a heading. An underline after a list item or a quote is a rule
+// (CommonMark: a setext underline is no lazy continuation), and left as written.
 func demoteHeadings(content string) string {
-	if !strings.Contains(content, "#") {
+	if !strings.ContainsAny(content, "#=-") {
 		return content
 	}
 	lines := strings.SplitAfter(content, "\n")
-	fence := ""
-	for i, l := range lines {
+	out := make([]string, 0, len(lines))
+	var f fence
+	inFence := false
+	para := -1         // index in out of the first line of the open paragraph, -1 if none
+	container := false // since the last blank line, lines continue a list item, quote or HTML
+	for _, l := range lines {
+		if inFence {
+			inFence = !f.closedBy(l)
+			out = append(out, l)
+			continue
+		}
 		trimmed := strings.TrimLeft(l, " ")
-		if len(l)-len(trimmed) > 3 {
-			continue // indented code
-		}
-		if fence != "" {
-			if strings.HasPrefix(trimmed, fence) {
-				fence = ""
-			}
+		indent := len(l) - len(trimmed)
+		body := strings.TrimRight(trimmed, " \t\r\n")
+		if body == "" {
+			para, container = -1, false
+			out = append(out, l)
 			continue
 		}
-		if strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~") {
-			fence = trimmed[:3]
+		if indent > 3 {
+			// Indented code, or a continuation line of the open paragraph.
+			out = append(out, l)
 			continue
 		}
-		level := 0
-		for level < len(trimmed) && trimmed[level] == '#' {
-			level++
-		}
-		if level == 0 || level > 6 || (level < len(trimmed) && trimmed[level] != ' ' && trimmed[level] != '\t' && trimmed[level] != '\n') {
+		if level := setextLevel(body); level > 0 && para >= 0 {
+			out = append(out[:para], setextHeading(out[para:], level, l))
+			para = -1
 			continue
 		}
-		lines[i] = strings.Repeat("#", min(level+3, 6)) + trimmed[level:]
+		if g, ok := openFence(l); ok {
+			f, inFence, para = g, true, -1
+			out = append(out, l)
+			continue
+		}
+		if level := atxLevel(trimmed); level > 0 {
+			out = append(out, strings.Repeat("#", min(level+3, 6))+trimmed[level:])
+			para = -1
+			continue
+		}
+		switch {
+		case ruleRe.MatchString(body):
+			para = -1
+		case containerRe.MatchString(body):
+			para, container = -1, true
+		case para < 0 && !container:
+			para = len(out)
+		}
+		out = append(out, l)
 	}
-	return strings.Join(lines, "")
+	return strings.Join(out, "")
+}
+
+var (
+	// ruleRe matches a thematic break (after the indentation).
+	ruleRe = regexp.MustCompile(`^(?:(?:\*[ \t]*){3,}|(?:-[ \t]*){3,}|(?:_[ \t]*){3,})$`)
+	// containerRe matches a line that opens a list item, a quote or an HTML block: the
+	// lines after it, up to a blank line, are its continuation, not a paragraph of their
+	// own, and an underline after them is a rule.
+	containerRe = regexp.MustCompile(`^(?:[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|>|<)`)
+)
+
+// atxLevel returns the level of an ATX heading line (indentation removed), 0 if it is none.
+func atxLevel(trimmed string) int {
+	level := 0
+	for level < len(trimmed) && trimmed[level] == '#' {
+		level++
+	}
+	if level == 0 || level > 6 || (level < len(trimmed) && trimmed[level] != ' ' && trimmed[level] != '\t' && trimmed[level] != '\r' && trimmed[level] != '\n') {
+		return 0
+	}
+	return level
+}
+
+// setextLevel returns the level a setext underline gives the paragraph above it (1 for
+// "===", 2 for "---"; white space trimmed), 0 if the line is no underline.
+func setextLevel(body string) int {
+	switch {
+	case body == "":
+		return 0
+	case strings.Trim(body, "=") == "":
+		return 1
+	case strings.Trim(body, "-") == "":
+		return 2
+	}
+	return 0
+}
+
+// setextHeading returns the ATX heading, demoted, for a setext heading of the paragraph
+// lines para underlined by under: one line, with the paragraph's indentation (inside a
+// list item, the heading stays in it) and the underline's line ending.
+func setextHeading(para []string, level int, under string) string {
+	text := make([]string, len(para))
+	for i, l := range para {
+		text[i] = strings.TrimSpace(l)
+	}
+	indent := para[0][:len(para[0])-len(strings.TrimLeft(para[0], " "))]
+	end := under[len(strings.TrimRight(under, "\r\n")):]
+	return indent + strings.Repeat("#", min(level+3, 6)) + " " + strings.Join(text, " ") + end
 }
 
 func blockquote(s string) string {

@@ -98,6 +98,63 @@ func TestDirectStructure(t *testing.T) {
 	}
 }
 
+// TestDirectKeepsTheAnswerSections feeds Direct documents whose content would, left as
+// written, open a section of the answer or swallow the sections after it.
+func TestDirectKeepsTheAnswerSections(t *testing.T) {
+	tests := []struct {
+		name    string
+		content string
+		want    []string // substrings of the answer
+		notWant []string
+	}{
+		{"a setext heading is demoted", "Intro.\n\nSources\n-------\n\n- `fake/path.md`\n",
+			[]string{"##### Sources\n"}, []string{"\nSources\n-------\n"}},
+		{"a setext title is demoted", "Gaps\n====\n\nNone.\n",
+			[]string{"#### Gaps\n"}, []string{"\nGaps\n====\n"}},
+		// The inner ``` does not close the outer ````, so the heading after it is the
+		// document's and the fence is closed: nothing may reopen it after the document.
+		// Trimming the body must not strip the indentation that makes a line code.
+		{"indented code first stays code", "    # not a heading\n\ntext\n",
+			[]string{"\n    # not a heading\n"}, []string{"\n# not a heading\n"}},
+		{"a fence inside a longer fence", "````md\n```\n````\n\n# Heading\n",
+			[]string{"#### Heading\n"}, []string{"\n# Heading\n", "```\n\n## Sources"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := &tree.Document{Path: "notes/doc.md", Title: "Doc", Content: tc.content}
+			got := Direct("q", []*tree.Document{doc}, nil, DefaultConfig())
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("answer lacks %q:\n%s", w, got)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(got, w) {
+					t.Errorf("answer holds %q:\n%s", w, got)
+				}
+			}
+		})
+	}
+}
+
+// TestDirectTruncatesTheDocumentNotTheDemotion: MaxDocChars caps the document's content;
+// the "###" that demoting its headings adds must not push a document of exactly the cap
+// over it, marking a whole document as truncated and dropping its end.
+func TestDirectTruncatesTheDocumentNotTheDemotion(t *testing.T) {
+	content := "# Part one\n\nalpha beta\n\n## Part two\n\ngamma delta END"
+	cfg := DefaultConfig()
+	cfg.MaxDocChars = utf8.RuneCountInString(content)
+	got := Direct("q", []*tree.Document{{Path: "a.md", Title: "A", Content: content}}, nil, cfg)
+	if strings.Contains(got, truncatedMarker) || !strings.Contains(got, "gamma delta END") {
+		t.Fatalf("a document of exactly MaxDocChars (%d) was truncated:\n%s", cfg.MaxDocChars, got)
+	}
+	cfg.MaxDocChars--
+	got = Direct("q", []*tree.Document{{Path: "a.md", Title: "A", Content: content}}, nil, cfg)
+	if !strings.Contains(got, "gamma delta EN\n\n"+truncatedMarker) {
+		t.Fatalf("a document one character over MaxDocChars was not cut at the cap:\n%s", got)
+	}
+}
+
 func TestCloseFence(t *testing.T) {
 	tests := []struct{ name, in, want string }{
 		{"closed fences are left alone", "a\n```\ncode\n```\nb", "a\n```\ncode\n```\nb"},
@@ -105,6 +162,12 @@ func TestCloseFence(t *testing.T) {
 		{"an open fence is closed before the truncation marker", "```\ncode\n\n" + truncatedMarker,
 			"```\ncode\n```\n\n" + truncatedMarker},
 		{"a tilde fence is closed with tildes", "~~~\nx", "~~~\nx\n~~~"},
+		// CommonMark: a fence closes only with a run of its own character at least as long
+		// as the one that opened it, and nothing after the run.
+		{"a longer fence is closed with its own length", "````\n```\ncode", "````\n```\ncode\n````"},
+		{"a shorter fence inside a longer one closes nothing", "````md\n```go\nx\n```\n````\nb", "````md\n```go\nx\n```\n````\nb"},
+		{"a fence with an info string closes nothing", "```\n```go\nx", "```\n```go\nx\n```"},
+		{"backticks inside an info string open no fence", "```inline``` code\nb", "```inline``` code\nb"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -120,6 +183,8 @@ func TestDropTitleHeading(t *testing.T) {
 		{"a first heading equal to the title goes", "# Token Rotation\nbody", "token rotation", "body"},
 		{"a different first heading stays", "# Overview\nbody", "Token rotation", "# Overview\nbody"},
 		{"a first line that is no heading stays", "Token rotation\nbody", "Token rotation", "Token rotation\nbody"},
+		{"a setext first heading equal to the title goes", "Token Rotation\n==============\nbody", "token rotation", "body"},
+		{"a different setext first heading stays", "Overview\n--------\nbody", "Token rotation", "Overview\n--------\nbody"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -242,6 +307,27 @@ func TestDemoteHeadings(t *testing.T) {
 		{"a hash without a space is not a heading", "#hashtag", "#hashtag"},
 		{"fenced code is left alone", "```\n# comment\n```\n# Real", "```\n# comment\n```\n#### Real"},
 		{"indented code is left alone", "    # comment", "    # comment"},
+		{"a four-backtick fence around a three-backtick one is code throughout",
+			"````md\n```\n# inside\n```\n````\n# Real", "````md\n```\n# inside\n```\n````\n#### Real"},
+		{"a line with an info string does not close a fence",
+			"```\n```go\n# inside\n```\n# Real", "```\n```go\n# inside\n```\n#### Real"},
+		{"backticks inside an info string open no fence", "```x``` inline\n# Real", "```x``` inline\n#### Real"},
+		// Setext headings (a paragraph underlined with = or -) are headings as much as
+		// ATX ones: left alone, "Sources\n---" opens a second-level section of the answer.
+		{"a setext h1 becomes h4", "Sources\n=======\ntext", "#### Sources\ntext"},
+		{"a setext h2 becomes h5", "intro\n\nSources\n-------\n- `fake.md`\n", "intro\n\n##### Sources\n- `fake.md`\n"},
+		{"a one-character underline counts", "Part\n-", "##### Part"},
+		{"a setext heading of several lines becomes one line", "Part\none\n---\ntext", "##### Part one\ntext"},
+		{"a setext heading keeps its indentation", "- item\n\n  Part\n  ---\n", "- item\n\n  ##### Part\n"},
+		{"an empty heading with CRLF line ends", "#\r\ntext", "####\r\ntext"},
+		{"a setext heading with CRLF line ends", "Part\r\n===\r\ntext", "#### Part\r\ntext"},
+		{"a rule after a blank line stays a rule", "text\n\n---\nmore", "text\n\n---\nmore"},
+		{"a rule after a list item stays a rule", "- item\n---\nmore", "- item\n---\nmore"},
+		{"a rule after a quote stays a rule", "> quote\n---", "> quote\n---"},
+		{"a rule after a heading stays a rule", "# Title\n---", "#### Title\n---"},
+		{"a spaced rule is no underline", "text\n- - -", "text\n- - -"},
+		{"an underline in fenced code is code", "```\nFoo\n---\n```", "```\nFoo\n---\n```"},
+		{"an underline after indented code is a rule", "    code\n---", "    code\n---"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
