@@ -477,12 +477,23 @@ func topScore(cands []rank.Candidate) float64 {
 }
 
 func (r *Resolver) rank(k *kb.KB, pq query, cands []rank.Candidate) []rank.Result {
+	summary := k.Tree.Summary
+	if pq.scope != "" {
+		// A match propagates to the summaries of the folders above it, but a scoped
+		// question asked about the scope only: the folders above it are outside.
+		summary = func(folder string) (*tree.Document, bool) {
+			if folder != pq.scope && !strings.HasPrefix(folder, pq.scope+"/") {
+				return nil, false
+			}
+			return k.Tree.Summary(folder)
+		}
+	}
 	return r.cfg.Rank.Rank(r.now(), k.Corpus, pq.stems, cands,
 		func(d *tree.Document) rank.Signal {
 			s := k.Signals.Get(d.Path)
 			return rank.Signal{Importance: s.Importance, Maturity: s.Maturity}
 		},
-		k.Tree.Summary)
+		summary)
 }
 
 func candidates(k *kb.KB, hits []engine.Hit, entity bool) []rank.Candidate {

@@ -202,6 +202,61 @@ func TestPathScopedQuerySearchesOnlyUnderItsFolder(t *testing.T) {
 	}
 }
 
+// TestScopeKeepsPropagatedSummariesInside: a match propagates to the folder summaries
+// above it (SPEC "Ranking"), but under a scope only to those inside it: the folders above
+// the scope are outside what the question asked about. With the default propagation
+// factor the gap filter drops every propagated summary anyway; with a larger one
+// (-rank-propagation-factor 0.9), auth/_index.md and deploy/_index.md came back as
+// results of questions scoped under them.
+func TestScopeKeepsPropagatedSummariesInside(t *testing.T) {
+	f := newFixture(t, false)
+	cfg := f.cfg
+	cfg.Rank.PropagationFactor = 0.9
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	res := resolve.New(cfg, f.reg, func() time.Time { return now })
+	ctx := context.Background()
+	tests := []struct {
+		name, query, scope string
+		search             bool // Search with an explicit scope, else Resolve with a scoped query
+		wantScope          string
+	}{
+		{"scoped question", "auth/jwt refresh token rotation", "", false, "auth/jwt"},
+		{"domain-scoped question", "deploy rollback", "", false, "deploy"},
+		{"explicit scope", "rollback", "deploy/kubernetes", true, "deploy/kubernetes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var rs []rank.Result
+			if tt.search {
+				_, got, err := res.Search(ctx, platform, tt.query, tt.scope, 50)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rs = got
+			} else {
+				r, err := res.Resolve(ctx, platform, tt.query)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Trace.Scope != tt.wantScope {
+					t.Fatalf("scope = %q, want %q", r.Trace.Scope, tt.wantScope)
+				}
+				rs = r.Results
+			}
+			if len(rs) == 0 {
+				t.Fatal("no results")
+			}
+			for _, x := range rs {
+				if !strings.HasPrefix(x.Doc.Path, tt.wantScope+"/") {
+					t.Errorf("result %s (propagated %v from %s) is outside the scope %s", x.Doc.Path, x.Propagated, x.PropagatedFrom, tt.wantScope)
+				}
+			}
+		})
+	}
+}
+
 func TestQueryIsScopedOnlyByALeadingDomainOrDomainPath(t *testing.T) {
 	f := newFixture(t, false)
 	tests := []struct {
