@@ -233,7 +233,7 @@ func (c Config) Rank(now time.Time, corpus *Corpus, stems []string, cands []Cand
 	stems = Distinct(stems)
 	tie := true
 	for _, cd := range cands {
-		if cd.EngineScore > 0 {
+		if evidenceOf(cd.EngineScore) > 0 {
 			tie = false
 			break
 		}
@@ -241,7 +241,7 @@ func (c Config) Rank(now time.Time, corpus *Corpus, stems []string, cands []Cand
 	results := make([]Result, 0, len(cands))
 	evidence := make([]float64, len(cands))
 	for i, cd := range cands {
-		s := max(cd.EngineScore, 0)
+		s := evidenceOf(cd.EngineScore)
 		if tie {
 			// The engine did not rank (every score zero): all results tie.
 			s = 1
@@ -483,4 +483,15 @@ func topTwo(xs []float64) (first, second float64) {
 		}
 	}
 	return first, second
+}
+
+// evidenceOf is the part of an engine score that counts as evidence: a positive,
+// finite score. NaN passed max(·, 0) (Go's max returns it), an infinite score took
+// every other result's calibrated relevance to zero, and with either the sort and the
+// gap cut broke; both come only from a backend's bug, and count as no evidence.
+func evidenceOf(score float64) float64 {
+	if !(score > 0) || math.IsInf(score, 1) {
+		return 0
+	}
+	return score
 }

@@ -626,3 +626,32 @@ func TestRankCarriesTheEnginesPassage(t *testing.T) {
 		})
 	}
 }
+
+// An engine score that is not a number (a backend's bug, a division by zero in its
+// normalisation) counts as no evidence: NaN passed max(·, 0), every comparison with it
+// was false, and the sort and the relevance calibration of every other result broke.
+func TestRankIgnoresScoresThatAreNotNumbers(t *testing.T) {
+	for _, bad := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		rs := DefaultConfig().Rank(now, nil, []string{"x"}, []Candidate{
+			{Doc: doc("bad.md"), EngineScore: bad},
+			{Doc: doc("good.md"), EngineScore: 2},
+			{Doc: doc("fair.md"), EngineScore: 1},
+		}, signals(tree.Draft), noSummaries)
+		if len(rs) == 0 || rs[0].Doc.Path != "good.md" {
+			t.Errorf("score %v: ranked %v, want good.md first", bad, paths(rs))
+		}
+		for _, r := range rs {
+			if math.IsNaN(r.Score) || math.IsInf(r.Score, 0) || math.IsNaN(r.Relevance) || math.IsInf(r.Relevance, 0) {
+				t.Errorf("score %v: %s has score %v, relevance %v", bad, r.Doc.Path, r.Score, r.Relevance)
+			}
+		}
+	}
+}
+
+func paths(rs []Result) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.Doc.Path)
+	}
+	return out
+}
