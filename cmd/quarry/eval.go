@@ -40,9 +40,13 @@ const (
 )
 
 // readLabelled reads JSONL question files; a line of an unknown kind or missing a
-// field its kind needs is an error, so a typo never silently shrinks the set.
+// field its kind needs is an error, so a typo never silently shrinks the set. So is a
+// known-item or out-of-domain question that an earlier line asks already (the same
+// words once normalised, as the exact cache keys them): asked again on the same system
+// it is an exact-cache hit on its first asking's answer, scored twice.
 func readLabelled(paths []string) ([]labelled, error) {
 	var out []labelled
+	asked := map[string]string{} // normalised question → where it was first asked
 	for _, p := range paths {
 		f, err := os.Open(p)
 		if err != nil {
@@ -64,6 +68,14 @@ func readLabelled(paths []string) ([]labelled, error) {
 			if err := q.check(); err != nil {
 				f.Close()
 				return nil, fmt.Errorf("%s:%d: %w", p, line, err)
+			}
+			if q.Kind != kindPair {
+				n := text.Normalise(q.Query)
+				if first, ok := asked[n]; ok {
+					f.Close()
+					return nil, fmt.Errorf("%s:%d: %q is asked already at %s (merge the two lines: one question, every document that answers it in expect)", p, line, q.Query, first)
+				}
+				asked[n] = fmt.Sprintf("%s:%d", p, line)
 			}
 			out = append(out, q)
 		}
@@ -465,12 +477,13 @@ func (e *evaluator) pairs(ctx context.Context, c quarryv1.QueryServiceClient, qs
 			continue
 		}
 		ct := resp.GetExplain().GetCache()
-		hit := resp.GetTier() == quarryv1.Tier_TIER_FUZZY_CACHE
-		if hit && ct.GetFuzzyCandidate() != text.Normalise(q.A) {
-			// Served from another pair's question: the label says nothing about that.
+		outcome := scorePair(q, resp)
+		if outcome == pairOther {
+			// Served from another question's answer: the label says nothing about that.
 			e.rep.OtherHits++
 			continue
 		}
+		hit := outcome == pairHit
 		detail := fmt.Sprintf("candidate %q similarity %.2f: %s %s", ct.GetFuzzyCandidate(), ct.GetFuzzySimilarity(), ct.GetFuzzy(), ct.GetFuzzyVerification())
 		if *q.Same {
 			e.rep.SamePairs++
@@ -488,6 +501,32 @@ func (e *evaluator) pairs(ctx context.Context, c quarryv1.QueryServiceClient, qs
 		}
 	}
 	return nil
+}
+
+// pairOutcome is what one pair's b tells about the fuzzy cache.
+type pairOutcome int
+
+const (
+	pairMiss  pairOutcome = iota // b was not served from a's cached answer
+	pairHit                      // the fuzzy cache served b from a's answer
+	pairOther                    // b was served from another question's answer: not scored
+)
+
+// scorePair reads how q's b was answered (resp), after q's a was asked. Only the fuzzy
+// cache's decision on b against a's answer is scored: a fuzzy hit on another pair's
+// question, and an exact hit (b was asked before: the same b in another pair, or
+// another pair's a), say nothing about this pair's label.
+func scorePair(q labelled, resp *quarryv1.QueryResponse) pairOutcome {
+	switch {
+	case resp.GetTier() == quarryv1.Tier_TIER_FUZZY_CACHE:
+		if resp.GetExplain().GetCache().GetFuzzyCandidate() != text.Normalise(q.A) {
+			return pairOther
+		}
+		return pairHit
+	case resp.GetFromCache() || resp.GetTier() == quarryv1.Tier_TIER_EXACT_CACHE:
+		return pairOther
+	}
+	return pairMiss
 }
 
 func (e *evaluator) finish() *evalReport {
@@ -570,7 +609,7 @@ func (r *evalReport) print(w io.Writer, verbose bool) {
 	fmt.Fprintf(tw, "fuzzy hit (same answer)\t%s\n", r.FuzzyHit)
 	fmt.Fprintf(tw, "fuzzy wrong-hit (different)\t%s\n", r.FuzzyWrong)
 	if r.OtherHits > 0 {
-		fmt.Fprintf(tw, "pairs not scored\t%d: b was served from another pair's question\n", r.OtherHits)
+		fmt.Fprintf(tw, "pairs not scored\t%d: b was served from another question's answer (another pair's, or its own asked before)\n", r.OtherHits)
 	}
 	tiers = tiers[:0]
 	for t := range r.Latency {

@@ -5,8 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
+
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 )
 
 const (
@@ -121,5 +125,102 @@ func TestPhrasingWrap(t *testing.T) {
 	}
 	if (phrasing{Prefix: "Hey team, "}).applies("Pandas: how do I read a CSV?") {
 		t.Error("a prefix applies to a question that opens with a topic label")
+	}
+}
+
+// scorePair scores a pair only by the fuzzy cache's decision on b against a's answer.
+// A b answered from the exact cache was asked before (the same b in another pair, or
+// another pair's a): the fuzzy cache decided nothing, so the pair is not scored. It was
+// scored as "not served from a's answer": a correct refusal for a different-answer pair
+// (the wrong-hit rate's denominator grew with no fuzzy decision behind it) and a miss for
+// a same-answer one.
+func TestScorePair(t *testing.T) {
+	yes, no := true, false
+	resp := func(tier quarryv1.Tier, fromCache bool, candidate string) *quarryv1.QueryResponse {
+		return &quarryv1.QueryResponse{Tier: tier, OriginTier: quarryv1.Tier_TIER_DIRECT, FromCache: fromCache,
+			Explain: &quarryv1.Explain{Cache: &quarryv1.CacheTrace{FuzzyCandidate: candidate}}}
+	}
+	const a = "How do I Rotate the key?"
+	tests := []struct {
+		name string
+		same *bool
+		resp *quarryv1.QueryResponse
+		want pairOutcome
+	}{
+		{"fuzzy hit on a", &yes, resp(quarryv1.Tier_TIER_FUZZY_CACHE, true, "how do i rotate the key?"), pairHit},
+		{"fuzzy hit on a, different pair", &no, resp(quarryv1.Tier_TIER_FUZZY_CACHE, true, "how do i rotate the key?"), pairHit},
+		{"fuzzy hit on another question", &no, resp(quarryv1.Tier_TIER_FUZZY_CACHE, true, "how do i revoke the key?"), pairOther},
+		{"answered fresh", &yes, resp(quarryv1.Tier_TIER_DIRECT, false, ""), pairMiss},
+		{"candidate turned down, answered fresh", &no, resp(quarryv1.Tier_TIER_DIRECT, false, "how do i rotate the key?"), pairMiss},
+		{"exact hit: b asked before, same-answer pair", &yes, resp(quarryv1.Tier_TIER_EXACT_CACHE, true, ""), pairOther},
+		{"exact hit: b asked before, different-answer pair", &no, resp(quarryv1.Tier_TIER_EXACT_CACHE, true, ""), pairOther},
+		{"from cache, no explain", &no, &quarryv1.QueryResponse{Tier: quarryv1.Tier_TIER_EXACT_CACHE, FromCache: true}, pairOther},
+	}
+	for _, tt := range tests {
+		q := labelled{Kind: kindPair, A: a, B: "rotate the key, how do I?", Same: tt.same}
+		if got := scorePair(q, tt.resp); got != tt.want {
+			t.Errorf("%s: scorePair = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+// The same b in two different-answer pairs: the second asking is an exact hit on the
+// first one's answer, which says nothing about the fuzzy cache, so it is not scored.
+func TestEvalDoesNotScoreAPairWhoseBWasAskedBefore(t *testing.T) {
+	qs := t.TempDir() + "/q.jsonl"
+	if err := writeFile(qs, `{"kind":"pair","a":"How do I rotate JWT signing keys?","b":"How do I revoke JWT refresh tokens?","same":false}
+{"kind":"pair","a":"How do I issue an API key for a partner?","b":"How do I revoke JWT refresh tokens?","same":false}
+`); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if err := evalCmd(context.Background(), []string{"-json", "-kb", evalKB, qs}, &out, &errOut); err != nil {
+		t.Fatalf("eval: %v\n%s", err, errOut.String())
+	}
+	var r evalReport
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.DifferentPairs != 1 || r.OtherHits != 1 || r.FuzzyWrong.Den != 1 {
+		t.Fatalf("scored %d different-answer pairs (wrong-hit %v), %d not scored; want 1 scored, 1 not", r.DifferentPairs, r.FuzzyWrong, r.OtherHits)
+	}
+}
+
+// A known-item or out-of-domain question asked twice on one system is answered the
+// second time from the exact cache, with the first asking's route: scored twice, and
+// with two different expectations (the Go dev set asked "rand A Zipf generates Zipf
+// distributed variates" of math/rand and of math/rand/v2) one of them is always wrong.
+func TestReadLabelledRejectsAQuestionAskedTwice(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name, lines string
+		ok          bool
+	}{
+		{"same known item twice", `{"kind":"known_item","query":"How do I rotate keys?","expect":["a.md"]}
+{"kind":"known_item","query":"How do I rotate keys?","expect":["b.md"]}`, false},
+		{"same words, other case and spacing", `{"kind":"known_item","query":"How do I rotate keys?","expect":["a.md"]}
+{"kind":"out_of_domain","query":"how do  I Rotate keys?"}`, false},
+		{"across two files", `{"kind":"out_of_domain","query":"Can pandas read a CSV?"}
+---
+{"kind":"out_of_domain","query":"Can pandas read a CSV?"}`, false},
+		{"pairs are asked on a system of their own", `{"kind":"known_item","query":"How do I rotate keys?","expect":["a.md"]}
+{"kind":"pair","a":"How do I rotate keys?","b":"rotate keys, how do I?","same":true}
+{"kind":"pair","a":"How do I rotate keys?","b":"How do I revoke keys?","same":false}`, true},
+		{"different questions", `{"kind":"known_item","query":"How do I rotate keys?","expect":["a.md"]}
+{"kind":"known_item","query":"How do I revoke keys?","expect":["a.md"]}`, true},
+	}
+	for i, tt := range tests {
+		var paths []string
+		for j, part := range strings.Split(tt.lines, "\n---\n") {
+			p := fmt.Sprintf("%s/q%d-%d.jsonl", dir, i, j)
+			if err := writeFile(p, part+"\n"); err != nil {
+				t.Fatal(err)
+			}
+			paths = append(paths, p)
+		}
+		_, err := readLabelled(paths)
+		if (err == nil) != tt.ok {
+			t.Errorf("%s: err = %v, want ok %v", tt.name, err, tt.ok)
+		}
 	}
 }
