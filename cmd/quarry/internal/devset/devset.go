@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"go/ast"
+	"go/build"
 	"go/doc"
 	"go/parser"
 	"go/printer"
@@ -201,13 +202,18 @@ func loadPackage(dir, importPath string) (*pkgDoc, error) {
 	if err != nil {
 		return nil, err
 	}
-	fset := token.NewFileSet()
-	byName := map[string][]*ast.File{}
+	var names []string
 	for _, e := range entries {
 		n := e.Name()
 		if e.IsDir() || !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
 			continue
 		}
+		names = append(names, n)
+	}
+	names = onePlatform(dir, names)
+	fset := token.NewFileSet()
+	byName := map[string][]*ast.File{}
+	for _, n := range names {
 		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, parser.ParseComments)
 		if err != nil {
 			continue // a file for another toolchain stage; its package still documents
@@ -215,7 +221,8 @@ func loadPackage(dir, importPath string) (*pkgDoc, error) {
 		byName[f.Name.Name] = append(byName[f.Name.Name], f)
 	}
 	name := ""
-	for n, fs := range byName {
+	for _, n := range sortedKeys(byName) { // a tie is broken by name, not by map order
+		fs := byName[n]
 		if n == "main" || n == "documentation" {
 			continue
 		}
@@ -278,6 +285,31 @@ func loadPackage(dir, importPath string) (*pkgDoc, error) {
 		}
 	}
 	return p, nil
+}
+
+// platforms are the builds a package is documented for, the first that has any of its
+// files (pkg.go.dev shows linux/amd64 first, too).
+var platforms = [][2]string{{"linux", "amd64"}, {"js", "wasm"}, {"wasip1", "wasm"}, {"windows", "amd64"}, {"darwin", "arm64"}}
+
+// onePlatform keeps the files of one build of a package. A package can define a
+// function once per platform (os.Pipe in pipe_unix.go, pipe_windows.go, ...), and
+// go/doc, given them all, keeps whichever it reads first, in map order: the text and
+// every question drawn after it changed from run to run. One build defines each once.
+func onePlatform(dir string, names []string) []string {
+	for _, pl := range platforms {
+		ctx := build.Default
+		ctx.GOOS, ctx.GOARCH, ctx.CgoEnabled = pl[0], pl[1], true
+		var kept []string
+		for _, n := range names {
+			if ok, err := ctx.MatchFile(dir, n); err == nil && ok {
+				kept = append(kept, n)
+			}
+		}
+		if len(kept) > 0 {
+			return kept
+		}
+	}
+	return names
 }
 
 func utf8Boundary(s string) bool {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/quarry-router/quarry/platform/text"
 )
 
 // Question is one line of the labelled JSONL that "quarry eval" reads.
@@ -50,8 +52,9 @@ func questions(pkgs []*pkgDoc, rng *rand.Rand, perPkg int, df map[string]int) []
 			known = append(known, Question{Kind: "known_item", Query: q, Expect: expect})
 		}
 	}
-	out = append(out, known...)
+	out = append(out, mergeKnownItems(known)...)
 	out = append(out, outOfDomain(rng, df)...)
+	// The pairs draw from the list as generated, so that merging changes no pair.
 	out = append(out, samePairs(known, rng)...)
 	out = append(out, differentPairs(pkgs, rng)...)
 	return out
@@ -219,4 +222,30 @@ func differentPairs(pkgs []*pkgDoc, rng *rand.Rand) []Question {
 	}
 	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out[:min(200, len(out))]
+}
+
+// mergeKnownItems makes questions asked in the same words (once normalised, as the
+// exact cache keys them) one question that expects every document any of them did: two
+// packages can document a symbol in the same words (math/rand and math/rand/v2), and
+// quarry eval asking such a question twice would answer the second from the exact
+// cache and score it against the other document.
+func mergeKnownItems(known []Question) []Question {
+	var out []Question
+	at := map[string]int{}
+	for _, q := range known {
+		n := text.Normalise(q.Query)
+		i, ok := at[n]
+		if !ok {
+			at[n] = len(out)
+			q.Expect = slices.Clone(q.Expect)
+			out = append(out, q)
+			continue
+		}
+		for _, e := range q.Expect {
+			if !slices.Contains(out[i].Expect, e) {
+				out[i].Expect = append(out[i].Expect, e)
+			}
+		}
+	}
+	return out
 }
