@@ -30,6 +30,10 @@ import (
 	"google.golang.org/grpc"
 )
 
+// dataDirLock is the file in -data-dir that one process at a time holds (lockDataDir).
+// Knowledge base ids start with a letter or digit, so it is no knowledge base's folder.
+const dataDirLock = ".lock"
+
 // Config is the search service's configuration.
 type Config struct {
 	Listen string
@@ -128,6 +132,13 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	// Knowledge bases first created by a sync get a folder beside the others.
 	cfg.Load.Write.NewRoot = cfg.KBRoot
 	cfg.Load.VersionSalt = versionSalt(fs)
+	if cfg.Load.DataDir != "" {
+		release, err := lockDataDir(cfg.Load.DataDir)
+		if err != nil {
+			return err
+		}
+		defer release() // after the registry has closed its indexes and saved its signals
+	}
 	reg := kb.NewRegistry(cfg.Load, log)
 	defer reg.Close()
 	for _, id := range sortedKeys(kbs) {
@@ -135,10 +146,13 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 			return err
 		}
 	}
-	signalsCtx, stopSignals := context.WithCancel(ctx)
+	// Not ended by ctx: the service goes on answering (and counting hits, and taking
+	// writes' curations) through the drain that ctx's end begins. The deferred stop runs
+	// once serving has stopped, so the last flush (and, with -data-dir, save) holds all
+	// of it, and happens before the registry closes.
+	signalsCtx, stopSignals := context.WithCancel(context.WithoutCancel(ctx))
 	signalsDone := make(chan struct{})
 	go func() { defer close(signalsDone); reg.RunSignals(signalsCtx, cfg.Load.Signals.FlushInterval) }()
-	// The last flush (and, with -data-dir, save) happens before the registry closes.
 	defer func() { stopSignals(); <-signalsDone }()
 	if cfg.Load.Write.Watch {
 		watchCtx, stopWatch := context.WithCancel(ctx)
@@ -206,9 +220,20 @@ func (c *Config) knowledgeBases() (map[string]string, error) {
 			return nil, fmt.Errorf("-kb-root: %w", err)
 		}
 		for _, e := range entries {
-			if e.IsDir() && kb.ValidID(e.Name()) {
-				out[e.Name()] = filepath.Join(c.KBRoot, e.Name())
+			if !kb.ValidID(e.Name()) {
+				continue
 			}
+			dir := filepath.Join(c.KBRoot, e.Name())
+			if e.Type()&os.ModeSymlink != 0 {
+				// A link to a folder is a knowledge base, as git-sync publishes each
+				// checkout (--link); the loader and the watcher follow a root link.
+				if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+					continue
+				}
+			} else if !e.IsDir() {
+				continue
+			}
+			out[e.Name()] = dir
 		}
 	}
 	for id, dir := range c.KBs {

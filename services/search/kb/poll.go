@@ -27,7 +27,7 @@ type stamp struct {
 // metadata, never a file's content. wait returns once the poller has stopped after ctx
 // is done.
 func (r *Registry) PollFolders(ctx context.Context, interval time.Duration) (wait func()) {
-	seen := map[string]map[string]stamp{} // knowledge base and folder → file → stamp
+	seen := map[string]folderStamps{} // knowledge base and folder → its stamps
 	r.rescan(ctx, seen)
 	done := make(chan struct{})
 	go func() {
@@ -46,8 +46,16 @@ func (r *Registry) PollFolders(ctx context.Context, interval time.Duration) (wai
 	return func() { <-done }
 }
 
+// folderStamps is what a rescan found in a knowledge base's folder.
+type folderStamps struct {
+	// target is the folder the knowledge base's root named then: the root itself, or
+	// where it led when it is a link (git-sync's checkout, a "current" link).
+	target string
+	files  map[string]stamp
+}
+
 // rescan walks every knowledge base's folder once and applies what changed since seen.
-func (r *Registry) rescan(ctx context.Context, seen map[string]map[string]stamp) {
+func (r *Registry) rescan(ctx context.Context, seen map[string]folderStamps) {
 	r.mu.RLock()
 	roots := make(map[string]string, len(r.kbs))
 	for id, k := range r.kbs {
@@ -67,17 +75,31 @@ func (r *Registry) rescan(ctx context.Context, seen map[string]map[string]stamp)
 		if ctx.Err() != nil {
 			return
 		}
-		now, err := stampFolder(root)
+		// The loader follows a root that is a link (never one below it), and so does
+		// the rescan: walking the link itself found no file at all.
+		target, err := filepath.EvalSymlinks(root)
 		if err != nil {
 			r.log.Warn("rescan knowledge base folder", "kb", id, "err", err)
 			continue
 		}
+		files, err := stampFolder(target)
+		if err != nil {
+			r.log.Warn("rescan knowledge base folder", "kb", id, "err", err)
+			continue
+		}
+		now := folderStamps{target: target, files: files}
 		before, known := seen[key(id, root)]
 		if !known {
 			seen[key(id, root)] = now
 			continue
 		}
-		changed := changedFiles(before, now)
+		changed := changedFiles(before.files, now.files)
+		if before.target != now.target {
+			// The link now names another folder: every file may differ, whatever its
+			// stamp (a copy keeps modification times). Those with the same bytes
+			// change nothing.
+			changed = allFiles(before.files, now.files)
+		}
 		if len(changed) == 0 {
 			continue
 		}
@@ -135,6 +157,21 @@ func changedFiles(before, now map[string]stamp) []string {
 		if b, ok := before[p]; !ok || b.size != s.size || !b.mtime.Equal(s.mtime) {
 			out = append(out, p)
 		}
+	}
+	for p := range before {
+		if _, ok := now[p]; !ok {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// allFiles lists, sorted, every file of before and now.
+func allFiles(before, now map[string]stamp) []string {
+	out := make([]string, 0, len(now))
+	for p := range now {
+		out = append(out, p)
 	}
 	for p := range before {
 		if _, ok := now[p]; !ok {

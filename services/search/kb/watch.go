@@ -24,9 +24,17 @@ const maxWatchDelay = time.Second
 // folderWatcher applies edits made in knowledge base folders.
 type folderWatcher struct {
 	w *fsnotify.Watcher
-	// mu guards roots, which Load adds to while the watcher runs.
+	// mu guards roots, folders and parents, which Load adds to while the watcher runs.
 	mu    sync.Mutex
 	roots map[string]string // absolute folder → knowledge base id
+	// folders holds the folder each root named when it was last walked (os.Stat, so
+	// through a root that is a link): a root swapped for another folder (a link
+	// replaced, as git-sync publishes a checkout, or a folder renamed into its place)
+	// is told by a folder that is no longer the same file.
+	folders map[string]os.FileInfo
+	// parents holds the folders that hold a root, watched to see a root swapped: the
+	// watches below a root stay on the folder it named before.
+	parents map[string]bool
 }
 
 // WatchFolders watches the folder of every knowledge base, present and future, until ctx
@@ -42,7 +50,7 @@ func (r *Registry) WatchFolders(ctx context.Context) (wait func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	fw := &folderWatcher{w: w, roots: map[string]string{}}
+	fw := &folderWatcher{w: w, roots: map[string]string{}, folders: map[string]os.FileInfo{}, parents: map[string]bool{}}
 	r.loadMu.Lock()
 	r.watcher = fw
 	r.mu.RLock()
@@ -70,7 +78,34 @@ func (r *Registry) watchLoop(ctx context.Context, fw *folderWatcher) {
 	pending := map[string]map[string]bool{} // id → relative paths
 	var quiet <-chan time.Time
 	var first time.Time
+	// swapCheck is set by an event in a folder holding a root: the next flush looks for
+	// roots that name another folder now.
+	swapCheck := false
+	arm := func() {
+		if first.IsZero() {
+			first = time.Now()
+		}
+		wait := r.cfg.Write.WatchDebounce
+		if left := maxWatchDelay - time.Since(first); left < wait {
+			wait = max(0, left)
+		}
+		quiet = time.After(wait)
+	}
 	flush := func() {
+		if swapCheck {
+			swapCheck = false
+			for id, paths := range fw.swapped(r) {
+				// Everything the new folder holds and everything indexed from the old
+				// one, by their top-level names: applyEdits reads each folder whole and
+				// drops what is gone.
+				if pending[id] == nil {
+					pending[id] = map[string]bool{}
+				}
+				for _, p := range paths {
+					pending[id][p] = true
+				}
+			}
+		}
 		retry := false
 		for id, set := range pending {
 			paths := make([]string, 0, len(set))
@@ -112,6 +147,10 @@ func (r *Registry) watchLoop(ctx context.Context, fw *folderWatcher) {
 			if !ok {
 				return
 			}
+			if fw.isParent(filepath.Dir(ev.Name)) {
+				swapCheck = true
+				arm()
+			}
 			id, rel, ok := fw.locate(ev.Name)
 			if !ok || hidden(rel) {
 				continue
@@ -128,14 +167,7 @@ func (r *Registry) watchLoop(ctx context.Context, fw *folderWatcher) {
 				pending[id] = map[string]bool{}
 			}
 			pending[id][rel] = true
-			if first.IsZero() {
-				first = time.Now()
-			}
-			wait := r.cfg.Write.WatchDebounce
-			if left := maxWatchDelay - time.Since(first); left < wait {
-				wait = max(0, left)
-			}
-			quiet = time.After(wait)
+			arm()
 		case <-quiet:
 			flush()
 		}
@@ -148,27 +180,113 @@ func (fw *folderWatcher) add(id, root string, r *Registry) {
 	if err != nil {
 		return
 	}
+	fi, _ := os.Stat(abs)
+	parent := filepath.Dir(abs)
 	fw.mu.Lock()
 	fw.roots[abs] = id
+	fw.folders[abs] = fi
+	watchParent := !fw.parents[parent]
+	fw.parents[parent] = true
 	fw.mu.Unlock()
+	if watchParent {
+		if err := fw.w.Add(parent); err != nil {
+			r.log.Warn("watch the folder holding a knowledge base (a swap of its folder is found by rescans only)", "kb", id, "dir", parent, "err", err)
+		}
+	}
 	fw.walk(abs, id, r)
 }
 
 // walk watches dir and the folders below it, links and hidden folders excluded, as the
-// loader skips them.
+// loader skips them. dir itself may be a link (a knowledge base's root, which the loader
+// follows): the folders are watched by their paths through it, under which events come.
 func (fw *folderWatcher) walk(dir, id string, r *Registry) {
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	src := dir
+	if fi, err := os.Lstat(dir); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		target, err := filepath.EvalSymlinks(dir)
+		if err != nil {
+			r.log.Warn("watch folder", "kb", id, "dir", dir, "err", err)
+			return
+		}
+		src = target
+	}
+	_ = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
 			return nil
 		}
-		if p != dir && strings.HasPrefix(d.Name(), ".") {
+		if p != src && strings.HasPrefix(d.Name(), ".") {
 			return filepath.SkipDir
 		}
-		if err := fw.w.Add(p); err != nil {
-			r.log.Warn("watch folder", "kb", id, "dir", p, "err", err)
+		name := dir
+		if p != src {
+			rel, err := filepath.Rel(src, p)
+			if err != nil {
+				return nil
+			}
+			name = filepath.Join(dir, rel)
+		}
+		if err := fw.w.Add(name); err != nil {
+			r.log.Warn("watch folder", "kb", id, "dir", name, "err", err)
 		}
 		return nil
 	})
+}
+
+// isParent reports whether dir holds a knowledge base's root.
+func (fw *folderWatcher) isParent(dir string) bool {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	return fw.parents[dir]
+}
+
+// swapped finds the roots that name another folder than when they were walked, watches
+// the new folder in place of the old one, and returns for each knowledge base swapped
+// the paths that bring its index in line with the new folder: the top-level names of
+// what it indexed and of what the folder holds.
+func (fw *folderWatcher) swapped(r *Registry) map[string][]string {
+	type root struct {
+		abs, id string
+		was     os.FileInfo
+	}
+	fw.mu.Lock()
+	roots := make([]root, 0, len(fw.roots))
+	for abs, id := range fw.roots {
+		roots = append(roots, root{abs, id, fw.folders[abs]})
+	}
+	fw.mu.Unlock()
+	out := map[string][]string{}
+	for _, rt := range roots {
+		now, err := os.Stat(rt.abs)
+		if err != nil || !now.IsDir() || (rt.was != nil && os.SameFile(rt.was, now)) {
+			continue // gone for now (a link being replaced), or the same folder
+		}
+		fw.mu.Lock()
+		fw.folders[rt.abs] = now
+		fw.mu.Unlock()
+		fw.unwatch(rt.abs)
+		fw.walk(rt.abs, rt.id, r)
+		r.log.Info("knowledge base folder swapped", "kb", rt.id, "root", rt.abs)
+		top := map[string]bool{}
+		if k, err := r.Get(rt.id); err == nil {
+			for _, d := range k.Tree.Docs {
+				first, _, _ := strings.Cut(d.Path, "/")
+				top[first] = true
+			}
+		}
+		if entries, err := os.ReadDir(rt.abs); err == nil {
+			for _, e := range entries {
+				if !strings.HasPrefix(e.Name(), ".") {
+					top[e.Name()] = true
+				}
+			}
+		}
+		paths := make([]string, 0, len(top))
+		for p := range top {
+			paths = append(paths, p)
+		}
+		sort.Strings(paths)
+		out[rt.id] = paths
+	}
+	return out
 }
 
 // unwatch stops watching a folder that was renamed or removed, and the folders below it.

@@ -1,0 +1,211 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/grpcx"
+	"google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// start runs the search service with args until the test ends (or stop is called) and
+// returns its address and a channel with Run's result.
+func start(t *testing.T, args ...string) (addr string, stop context.CancelFunc, wait func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan net.Addr, 1)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Run(ctx, append([]string{"-listen", "127.0.0.1:0"}, args...),
+			slog.New(slog.NewTextHandler(io.Discard, nil)), func(a net.Addr) { ready <- a })
+	}()
+	select {
+	case a := <-ready:
+		addr = a.String()
+	case err := <-errc:
+		cancel()
+		t.Fatalf("Run: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("the search service did not start")
+	}
+	var (
+		once   sync.Once
+		result error
+	)
+	wait = func() error {
+		once.Do(func() {
+			select {
+			case result = <-errc:
+			case <-time.After(30 * time.Second):
+				result = errors.New("the search service did not stop")
+			}
+		})
+		return result
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := wait(); err != nil {
+			t.Error(err)
+		}
+	})
+	return addr, cancel, wait
+}
+
+func kbFolder(t *testing.T, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for p, body := range files {
+		full := filepath.Join(root, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// On SIGTERM the service keeps serving through -drain-grace (and calls in flight finish
+// after it), and every search it answers counts hits. The signals were flushed and saved
+// once, as the drain began, so what the drain's queries (and writes) taught was lost at
+// every rollout. They are saved once serving has stopped.
+func TestSignalsLearnedWhileDrainingAreSaved(t *testing.T) {
+	data := t.TempDir()
+	root := kbFolder(t, map[string]string{
+		"ops/walrus.md": "# Walrus rotation\n\nThe walrus rotation runbook for the pager.\n",
+		"ops/other.md":  "# Kafka\n\nConsumer lag alerts.\n",
+	})
+	addr, stop, wait := start(t, "-kb", "team="+root, "-data-dir", data, "-watch=false",
+		"-drain-grace", "1s", "-signals-flush-interval", "1h")
+	conn, err := grpcx.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	stop() // SIGTERM: the drain begins
+	health := grpc_health_v1.NewHealthClient(conn)
+	for {
+		r, err := health.Check(ctx, &grpc_health_v1.HealthCheckRequest{Service: quarryv1.SearchService_ServiceDesc.ServiceName})
+		if err == nil && r.GetStatus() == grpc_health_v1.HealthCheckResponse_NOT_SERVING {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the drain never began")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	res, err := quarryv1.NewSearchServiceClient(conn).Resolve(ctx, &quarryv1.ResolveRequest{KnowledgeBase: "team", Query: "walrus rotation runbook"})
+	if err != nil {
+		t.Fatalf("a question during the drain: %v", err)
+	}
+	if len(res.GetSources()) == 0 || res.GetSources()[0].GetPath() != "ops/walrus.md" {
+		t.Fatalf("the question during the drain found %v", res.GetSources())
+	}
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	raw, err := os.ReadFile(filepath.Join(data, "team", "signals.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var saved struct {
+		Records []struct {
+			Path       string  `json:"path"`
+			Importance float64 `json:"importance"`
+		} `json:"records"`
+	}
+	if err := json.Unmarshal(raw, &saved); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range saved.Records {
+		if r.Path == "ops/walrus.md" {
+			if r.Importance <= 50 {
+				t.Errorf("saved importance of ops/walrus.md = %v: the hit counted during the drain was lost", r.Importance)
+			}
+			return
+		}
+	}
+	t.Errorf("ops/walrus.md not in the saved signals: %s", strings.TrimSpace(string(raw)))
+}
+
+// Two processes given the same -data-dir: the second waited forever for the lock Bleve
+// holds on the first one's index (never listening, its health never answering), or,
+// loading another tree, deleted the first one's index from under it as stale. It is
+// refused at start, naming the folder.
+func TestADataDirServesOneProcess(t *testing.T) {
+	data := t.TempDir()
+	root := kbFolder(t, map[string]string{"ops/walrus.md": "# Walrus\n\nThe walrus runbook.\n"})
+	start(t, "-kb", "team="+root, "-data-dir", data, "-watch=false")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Run(ctx, []string{"-listen", "127.0.0.1:0", "-kb", "team=" + root, "-data-dir", data, "-watch=false"},
+			slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	}()
+	// Registered after start's cleanup, so it runs first: the first service stops only
+	// after this one is told to.
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-errc:
+		case <-time.After(30 * time.Second):
+			t.Error("the second service did not stop")
+		}
+	})
+	select {
+	case err := <-errc:
+		errc <- err
+		if err == nil || !strings.Contains(err.Error(), data) {
+			t.Fatalf("the second service's Run = %v, want an error naming %s", err, data)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a second service on the same -data-dir did not return: it waits for the first one's index")
+	}
+}
+
+// git-sync run with --root=<kb-root> --link=<kb> publishes each knowledge base as a link
+// to its checkout. -kb-root served only the entries that are folders themselves, so
+// such a knowledge base was left out (and a root holding only links refused to start),
+// though -kb id=<the link> serves it and the loader follows a root link.
+func TestKBRootServesKnowledgeBasesThatAreLinksToFolders(t *testing.T) {
+	checkout := kbFolder(t, map[string]string{"ops/walrus.md": "# Walrus\n\nThe walrus runbook.\n"})
+	kbRoot := kbFolder(t, map[string]string{"plain/ops/pager.md": "# Pager\n\nThe pager rotates weekly.\n"})
+	if err := os.Symlink(checkout, filepath.Join(kbRoot, "team")); err != nil {
+		t.Fatal(err)
+	}
+	// Neither a link to a file nor a dangling link is a knowledge base.
+	if err := os.Symlink(filepath.Join(checkout, "ops", "walrus.md"), filepath.Join(kbRoot, "file")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(checkout, "missing"), filepath.Join(kbRoot, "dangling")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{KBRoot: kbRoot}
+	kbs, err := cfg.knowledgeBases()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"plain": filepath.Join(kbRoot, "plain"), "team": filepath.Join(kbRoot, "team")}
+	if len(kbs) != len(want) || kbs["plain"] != want["plain"] || kbs["team"] != want["team"] {
+		t.Errorf("knowledge bases under -kb-root = %v, want %v", kbs, want)
+	}
+}

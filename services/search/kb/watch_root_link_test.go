@@ -1,0 +1,87 @@
+package kb_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quarry-router/quarry/services/search/kb"
+)
+
+// A knowledge base served from a link to its folder, as git-sync publishes a checkout
+// (--link: current -> .worktrees/<hash>, replaced atomically by renaming a new link over
+// it on every pull), or as a tree deployed by switching a "current" link does. The
+// loader follows the root link; the watcher and the rescans walked the link itself, did
+// not descend, and so saw nothing: no edit and no swap reached the index until a
+// restart. Both now follow the root (never a link below it), see a swap of the folder
+// the root names, and bring the index in line with the new folder in one generation.
+func TestEditsAndSwapsOfAKnowledgeBaseServedThroughALink(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		start func(*testing.T, *kb.Registry)
+	}{
+		{"watcher", watch},
+		{"rescan", func(t *testing.T, reg *kb.Registry) { poll(t, reg, 50*time.Millisecond) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := defaultConfig(t)
+			cfg.Write.WatchDebounce = 20 * time.Millisecond
+			reg := newRegistry(t, cfg)
+			base := t.TempDir()
+			v1 := writeTree(t, map[string]string{
+				"ops/pager.md":   "# Pager\n\nThe pager rotates weekly.\n",
+				"ops/backups.md": "# Backups\n\nNightly backups go to object storage.\n",
+			})
+			v2 := writeTree(t, map[string]string{
+				"ops/pager.md":         "# Pager\n\nThe pager follows the sun.\n",
+				"data/kafka/lag.md":    "# Lag\n\nConsumer lag alerts.\n",
+				"data/kafka/_index.md": "# Kafka\n",
+			})
+			link := filepath.Join(base, "current")
+			if err := os.Symlink(v1, link); err != nil {
+				t.Fatal(err)
+			}
+			load(t, reg, "team", link)
+			tc.start(t, reg)
+			ch, stop := reg.Watch()
+			defer stop()
+			recv(t, ch)
+
+			// An edit in the folder the link names.
+			writeFile(t, v1, "ops/walrus.md", "# Walrus\n\nThe walrus runbook.\n")
+			waitFor(t, reg, ch, func(k *kb.KB) bool { _, ok := k.Tree.ByPath["ops/walrus.md"]; return ok },
+				"an edit in the linked folder")
+
+			// The link swapped for one to another folder, atomically, as git-sync does.
+			tmp := filepath.Join(base, "current.tmp")
+			if err := os.Symlink(v2, tmp); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, link); err != nil {
+				t.Fatal(err)
+			}
+			fresh := load(t, newRegistry(t, defaultConfig(t)), "team", link)
+			waitFor(t, reg, ch, func(k *kb.KB) bool { return docPaths(k) == docPaths(fresh) },
+				"the swapped folder ("+docPaths(fresh)+")")
+			k, _ := reg.Get("team")
+			if d := k.Tree.ByPath["ops/pager.md"]; d == nil || !strings.Contains(d.Content, "sun") {
+				t.Errorf("ops/pager.md after the swap: %+v", d)
+			}
+			if k.Version != fresh.Version {
+				t.Errorf("content version %x after the swap, a load of the new folder has %x", k.Version, fresh.Version)
+			}
+
+			// And edits in the new folder, not the old one, are followed.
+			writeFile(t, v2, "ops/narwhal.md", "# Narwhal\n\nThe narwhal runbook.\n")
+			waitFor(t, reg, ch, func(k *kb.KB) bool { _, ok := k.Tree.ByPath["ops/narwhal.md"]; return ok },
+				"an edit in the new folder")
+			writeFile(t, v1, "ops/stale.md", "# Stale\n\nWritten to the old folder.\n")
+			time.Sleep(300 * time.Millisecond)
+			if k, _ := reg.Get("team"); k.Tree.ByPath["ops/stale.md"] != nil {
+				t.Error("an edit in the folder the link no longer names was indexed")
+			}
+		})
+	}
+}
