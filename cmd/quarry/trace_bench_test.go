@@ -286,17 +286,22 @@ func measureTracingOverhead(b *testing.B, col *collectorProcess, sys tracedSyste
 		for range n {
 			q := variant(direct[asked%len(direct)])
 			t := time.Now()
-			tier := ask(c, q)
-			if tier == quarryv1.Tier_TIER_DIRECT {
+			if ask(c, q) == quarryv1.Tier_TIER_DIRECT {
 				s.t2 = append(s.t2, time.Since(t))
+			} else {
+				s.otherTier++
 			}
 			t = time.Now()
 			if ask(c, q) == quarryv1.Tier_TIER_EXACT_CACHE {
 				s.t0 = append(s.t0, time.Since(t))
+			} else {
+				s.otherTier++
 			}
 			t = time.Now()
 			if ask(c, q) == quarryv1.Tier_TIER_EXACT_CACHE {
 				s.t0Again = append(s.t0Again, time.Since(t))
+			} else {
+				s.otherTier++
 			}
 			t = time.Now()
 			if _, err := h.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
@@ -370,6 +375,20 @@ func measureTracingOverhead(b *testing.B, col *collectorProcess, sys tracedSyste
 		}
 	}
 	b.StopTimer()
+	for _, m := range []struct {
+		name   string
+		rounds []sample
+	}{{"off", offs}, {"on", ons}} {
+		other := 0
+		for _, r := range m.rounds {
+			other += r.otherTier
+		}
+		if calls := 3 * b.N * len(m.rounds); other*100 > calls {
+			b.Fatalf("tracing %s: %d of %d T2 and T0 calls were answered by another tier: the figures would not be T2's and T0's", m.name, other, calls)
+		} else if other > 0 {
+			fmt.Printf("tracing %s: %d of %d T2 and T0 calls answered by another tier, left out of the latencies\n", m.name, other, calls)
+		}
+	}
 	printTracingOverhead(b, col, sys.inProcess, offs, ons, collectorCPU)
 }
 
@@ -558,8 +577,11 @@ func TestOTLPCollectorProcess(t *testing.T) {
 // sample is one mode's measurements in one round.
 type sample struct {
 	t0, t2, echo, t0Again []time.Duration
-	cpuPerIter            time.Duration
-	gc                    gcUse
+	// otherTier counts the T2 and T0 calls another tier answered, left out of their
+	// latencies: a share of them would make the figures about something else.
+	otherTier  int
+	cpuPerIter time.Duration
+	gc         gcUse
 	// Allocations do not depend on what else runs on the machine: the steadiest
 	// measure of what tracing adds.
 	allocsPerIter, bytesPerIter float64
