@@ -22,7 +22,7 @@ run:
 ## test: every check and test (what CI runs)
 test: check unit fuzz
 
-check: fmt vet staticcheck lint check-generated build-standalone
+check: fmt vet staticcheck lint check-generated build-standalone build-other-os
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
@@ -96,6 +96,12 @@ breaking: tools
 # a user vendoring one service would build it.
 build-standalone:
 	@for m in $(MODULES); do (cd $$m && GOWORK=off go build ./...) || { echo "module $$m does not build with GOWORK=off"; exit 1; }; done
+
+# build-other-os proves the README's first command compiles where developers run it:
+# macOS and Windows (the tree package once used a Linux-only call).
+.PHONY: build-other-os
+build-other-os:
+	@for os in darwin windows; do GOOS=$$os GOARCH=amd64 go build -o /dev/null ./cmd/quarry || { echo "cmd/quarry does not build for $$os"; exit 1; }; done
 
 # The services' own modules, where the concurrency is (caches, generation views, drains,
 # limits), run under the race detector; the end-to-end and deployment modules, which
