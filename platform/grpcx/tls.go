@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -65,7 +66,7 @@ func (c ServerTLSConfig) ServerOption() (grpc.ServerOption, error) {
 	}
 	cfg := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return pair.get() },
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return pair.get(), nil },
 	}
 	if c.ClientCAFile != "" {
 		cas, err := newCAPool("-tls-client-ca", c.ClientCAFile)
@@ -200,7 +201,7 @@ func (c ClientTLSConfig) DialOption() (grpc.DialOption, error) {
 	}
 	p := c.flagPrefix()
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
-	var roots *caPool
+	var roots *reloading[*x509.CertPool]
 	if c.CAFile != "" {
 		var err error
 		if roots, err = newCAPool(p+"tls-ca", c.CAFile); err != nil {
@@ -213,7 +214,7 @@ func (c ClientTLSConfig) DialOption() (grpc.DialOption, error) {
 		if err != nil {
 			return nil, err
 		}
-		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return pair.get() }
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return pair.get(), nil }
 	}
 	if roots == nil {
 		return grpc.WithTransportCredentials(credentials.NewTLS(cfg)), nil
@@ -230,7 +231,7 @@ func (c ClientTLSConfig) DialOption() (grpc.DialOption, error) {
 type rootsTLS struct {
 	credentials.TransportCredentials
 	cfg   *tls.Config
-	roots *caPool
+	roots *reloading[*x509.CertPool]
 }
 
 func (r *rootsTLS) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
@@ -251,16 +252,18 @@ func (r *rootsTLS) OverrideServerName(name string) error {
 	return nil
 }
 
-// keyPair is a certificate and key read from files, read again when either file's
-// modification time or size changes. A pair that fails to load (a rotation caught
-// half-written) leaves the previous one in use until the next handshake tries again.
-type keyPair struct {
-	certFlag, certFile, keyFlag, keyFile string
+// reloading is a value read from files, read again when any file's modification time
+// or size changes: a certificate and its key, or a CA bundle. A value that fails to load
+// (a rotation caught half-written) leaves the previous one in use until the next
+// handshake tries again. Handshakes are per connection, not per call, so a stat per
+// file each is cheap.
+type reloading[T any] struct {
+	files []string
+	parse func() (T, error)
 
-	mu       sync.Mutex
-	cert     *tls.Certificate
-	certStat fileStamp
-	keyStat  fileStamp
+	mu     sync.Mutex
+	val    T
+	stamps []fileStamp
 }
 
 type fileStamp struct {
@@ -276,80 +279,64 @@ func stamp(path string) fileStamp {
 	return fileStamp{st.ModTime(), st.Size()}
 }
 
-func newKeyPair(certFlag, certFile, keyFlag, keyFile string) (*keyPair, error) {
-	p := &keyPair{certFlag: certFlag, certFile: certFile, keyFlag: keyFlag, keyFile: keyFile}
-	if err := p.load(); err != nil {
+func newReloading[T any](parse func() (T, error), files ...string) (*reloading[T], error) {
+	r := &reloading[T]{files: files, parse: parse}
+	if err := r.load(); err != nil {
 		return nil, err
 	}
-	return p, nil
+	return r, nil
 }
 
-func (p *keyPair) load() error {
-	cs, ks := stamp(p.certFile), stamp(p.keyFile)
-	certPEM, err := os.ReadFile(p.certFile)
-	if err != nil {
-		return fmt.Errorf("%s: %w", p.certFlag, err)
-	}
-	keyPEM, err := os.ReadFile(p.keyFile)
-	if err != nil {
-		return fmt.Errorf("%s: %w", p.keyFlag, err)
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return fmt.Errorf("%s %s with %s %s: %w", p.certFlag, p.certFile, p.keyFlag, p.keyFile, err)
-	}
-	p.cert, p.certStat, p.keyStat = &cert, cs, ks
-	return nil
-}
-
-// get returns the current pair, first reloading it if a file changed. Handshakes are
-// per connection, not per call, so two stat calls each are cheap.
-func (p *keyPair) get() (*tls.Certificate, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if stamp(p.certFile) != p.certStat || stamp(p.keyFile) != p.keyStat {
-		_ = p.load() // on failure keep serving the previous pair
-	}
-	return p.cert, nil
-}
-
-// caPool is a PEM CA bundle read again, like keyPair, when the file's modification
-// time or size changes. A bundle that fails to load (caught half-written) leaves the
-// previous one in use until the next handshake tries again.
-type caPool struct {
-	flag, file string
-
-	mu    sync.Mutex
-	pool  *x509.CertPool
-	stamp fileStamp
-}
-
-func newCAPool(flagName, file string) (*caPool, error) {
-	p := &caPool{flag: flagName, file: file}
-	if err := p.load(); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-func (p *caPool) load() error {
-	st := stamp(p.file)
-	pool, err := loadPool(p.flag, p.file)
+func (r *reloading[T]) load() error {
+	st := r.stamp()
+	v, err := r.parse()
 	if err != nil {
 		return err
 	}
-	p.pool, p.stamp = pool, st
+	r.val, r.stamps = v, st
 	return nil
 }
 
-// get returns the current pool, first reloading it if the file changed.
-func (p *caPool) get() *x509.CertPool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if stamp(p.file) != p.stamp {
-		_ = p.load() // on failure keep trusting the previous CAs
+func (r *reloading[T]) stamp() []fileStamp {
+	st := make([]fileStamp, len(r.files))
+	for i, f := range r.files {
+		st[i] = stamp(f)
 	}
-	return p.pool
+	return st
+}
+
+// get returns the current value, first reloading it if a file changed.
+func (r *reloading[T]) get() T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !slices.Equal(r.stamp(), r.stamps) {
+		_ = r.load() // on failure keep the previous value
+	}
+	return r.val
+}
+
+// newKeyPair reads a certificate and its key, again when either file changes.
+func newKeyPair(certFlag, certFile, keyFlag, keyFile string) (*reloading[*tls.Certificate], error) {
+	return newReloading(func() (*tls.Certificate, error) {
+		certPEM, err := os.ReadFile(certFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", certFlag, err)
+		}
+		keyPEM, err := os.ReadFile(keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", keyFlag, err)
+		}
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s with %s %s: %w", certFlag, certFile, keyFlag, keyFile, err)
+		}
+		return &cert, nil
+	}, certFile, keyFile)
+}
+
+// newCAPool reads a PEM CA bundle, again when the file changes.
+func newCAPool(flagName, file string) (*reloading[*x509.CertPool], error) {
+	return newReloading(func() (*x509.CertPool, error) { return loadPool(flagName, file) }, file)
 }
 
 func loadPool(flagName, path string) (*x509.CertPool, error) {
