@@ -198,13 +198,7 @@ func propagators(getenv func(string) string) (propagation.TextMapPropagator, err
 	if v == "" {
 		return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}), nil
 	}
-	var names []string
-	for _, n := range strings.Split(v, ",") {
-		if n = strings.ToLower(strings.TrimSpace(n)); n != "" {
-			names = append(names, n)
-		}
-	}
-	p, err := autoprop.TextMapPropagator(names...)
+	p, err := autoprop.TextMapPropagator(listOf(v)...)
 	if err != nil {
 		return nil, fmt.Errorf("OTEL_PROPAGATORS=%q: %w (want a list of tracecontext, baggage, b3, b3multi, jaeger, xray, ottrace, or none)", v, err)
 	}
@@ -255,6 +249,18 @@ func serviceVersion(given string) string {
 		rev += "-dirty"
 	}
 	return rev
+}
+
+// listOf reads a comma-separated OTEL_* list: its names in lower case, white space
+// and empty items dropped.
+func listOf(v string) []string {
+	var out []string
+	for _, n := range strings.Split(v, ",") {
+		if n = strings.ToLower(strings.TrimSpace(n)); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // The OTLP transports, as OTEL_EXPORTER_OTLP_PROTOCOL names them.
@@ -309,10 +315,8 @@ func metricsOverOTLP(getenv func(string) string) (bool, error) {
 		return otlpConfigured(getenv, "METRICS"), nil
 	}
 	otlp, none, n := false, false, 0
-	for _, k := range strings.Split(v, ",") {
-		switch k = strings.TrimSpace(k); k {
-		case "":
-			continue
+	for _, k := range listOf(v) {
+		switch k {
 		case "otlp":
 			otlp = true
 		case "none":
@@ -340,8 +344,8 @@ func spanExporters(ctx context.Context, getenv func(string) string) ([]sdktrace.
 		v = "otlp"
 	}
 	var kinds []string
-	for _, k := range strings.Split(v, ",") {
-		if k = strings.TrimSpace(k); k != "" && !slices.Contains(kinds, k) {
+	for _, k := range listOf(v) {
+		if !slices.Contains(kinds, k) {
 			kinds = append(kinds, k)
 		}
 	}
