@@ -328,7 +328,7 @@ func classify(err error, cfg Config) (retry bool, what, kind string) {
 		case http.StatusNotFound:
 			what += " (check -llm-base-url and -llm-model)"
 		}
-		return retryableStatus(code) && !contextLength(err), what, strconv.Itoa(code)
+		return retryableStatus(code), what, strconv.Itoa(code)
 	case errors.As(err, &streamErr):
 		code, transient := streamFailure(streamErr.Event.Data)
 		what, kind = "the LLM reported an error in its stream", "stream_error"
@@ -336,7 +336,7 @@ func classify(err error, cfg Config) (retry bool, what, kind string) {
 			what, kind = fmt.Sprintf("%s (HTTP %d)", what, code), strconv.Itoa(code)
 			transient = retryableStatus(code)
 		}
-		return transient && !contextLength(err), what, kind
+		return transient, what, kind
 	case errors.Is(err, context.DeadlineExceeded):
 		return true, fmt.Sprintf("no complete answer within -llm-timeout (%s)", cfg.Timeout), "timeout"
 	case errors.Is(err, errBrokenStream), errors.Is(err, io.ErrUnexpectedEOF):
