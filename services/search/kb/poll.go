@@ -93,12 +93,14 @@ func (r *Registry) rescan(ctx context.Context, seen map[string]folderStamps) {
 			seen[key(id, root)] = now
 			continue
 		}
-		changed := changedFiles(before.files, now.files)
+		var changed []string
 		if before.target != now.target {
 			// The link now names another folder: every file may differ, whatever its
 			// stamp (a copy keeps modification times). Those with the same bytes
 			// change nothing.
 			changed = allFiles(before.files, now.files)
+		} else {
+			changed = changedFiles(before.files, now.files)
 		}
 		if len(changed) == 0 {
 			continue
