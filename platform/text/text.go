@@ -10,17 +10,26 @@ import (
 
 	"github.com/blevesearch/snowballstem"
 	"github.com/blevesearch/snowballstem/english"
+	"golang.org/x/text/unicode/norm"
 )
 
 // Normalise returns the exact-cache form of a query: lower case, trimmed, runs of white
-// space collapsed to one space (SPEC §2, T0).
+// space collapsed to one space (SPEC §2, T0). Text that looks the same has one form:
+// it is in Unicode compatibility composition (NFKC: a decomposed "é", a fullwidth "Ａ"
+// or a "ﬁ" ligature reads as the plain letters), invisible format characters (a soft
+// hyphen, a zero-width joiner) are dropped, and a zero-width space is a space, as Words
+// has them: two questions with one form must search the same.
 func Normalise(q string) string {
+	q = compose(q)
 	var b strings.Builder
 	b.Grow(len(q))
 	space := false
 	for _, r := range q {
-		if unicode.IsSpace(r) {
+		switch {
+		case unicode.IsSpace(r) || r == zeroWidthSpace:
 			space = b.Len() > 0
+			continue
+		case isInvisible(r):
 			continue
 		}
 		if space {
@@ -33,36 +42,40 @@ func Normalise(q string) string {
 }
 
 // Words splits s on white space and punctuation into lower-case words. Letters, digits
-// and marks make up words; an apostrophe inside a word is dropped ("don't" is "dont",
-// "team's" is "teams") so contractions and possessives stay one word.
+// and marks make up words; an apostrophe or an invisible format character inside a
+// word is dropped ("don't" is "dont", "team's" is "teams", "observ\u00adability" is
+// "observability") so contractions, possessives and hyphenation hints stay one word.
+// The text is read in NFKC first, as Normalise reads it, so the documents' words and
+// the questions' words compare equal however each was typed.
 //
 // It runs over every document of a knowledge base at load, so it lower-cases the text
 // once and slices words out of it instead of building each word rune by rune.
 func Words(s string) []string {
-	lower := strings.ToLower(s)
+	lower := strings.ToLower(compose(s))
 	words := make([]string, 0, len(lower)/6+1)
-	start, apostrophe := -1, false
+	start, dropped := -1, false
 	flush := func(end int) {
 		if start < 0 {
 			return
 		}
 		w := lower[start:end]
-		if apostrophe {
-			w = strings.NewReplacer("'", "", "\u2019", "").Replace(w)
+		if dropped {
+			w = strings.Map(dropJoiners, w)
 		}
 		if w != "" {
 			words = append(words, w)
 		}
-		start, apostrophe = -1, false
+		start, dropped = -1, false
 	}
 	for i, r := range lower {
 		switch {
-		case isWordRune(r):
+		case IsWordRune(r):
 			if start < 0 {
 				start = i
 			}
-		case (r == '\'' || r == '\u2019') && start >= 0:
-			apostrophe = true // inside a word: dropped, not a split
+		case IsJoiner(r):
+			// Inside a word: dropped, not a split. Outside one: nothing to join.
+			dropped = dropped || start >= 0
 		default:
 			flush(i)
 		}
@@ -71,11 +84,55 @@ func Words(s string) []string {
 	return words
 }
 
-func isWordRune(r rune) bool {
+// FoldWord returns a word as Words spells it: NFKC, lower case, joiners dropped. A
+// splitter that must keep each word's place in the original text (an excerpt's) splits
+// with IsWordRune and IsJoiner and folds each word with it. Words reads the whole text
+// in NFKC before splitting, so the two differ only where compatibility composition
+// turns a character that is not part of a word into one that is (a superscript "²").
+func FoldWord(w string) string {
+	return strings.Map(dropJoiners, strings.ToLower(compose(w)))
+}
+
+// IsWordRune reports whether r is part of a word: a letter, a digit or a mark.
+func IsWordRune(r rune) bool {
 	if r < utf8.RuneSelf {
 		return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9'
 	}
 	return unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r)
+}
+
+// IsJoiner reports whether r is dropped inside a word rather than ending it: an
+// apostrophe, or an invisible format character.
+func IsJoiner(r rune) bool {
+	return r == '\'' || r == '\u2019' || isInvisible(r)
+}
+
+// zeroWidthSpace separates words without showing (Thai and Khmer text uses it between
+// words), so it splits words where the other format characters do not.
+const zeroWidthSpace = '\u200b'
+
+// isInvisible reports whether r is a format character (Unicode category Cf: a soft
+// hyphen, zero-width joiners, a byte-order mark) other than the zero-width space.
+func isInvisible(r rune) bool {
+	return r >= utf8.RuneSelf && r != zeroWidthSpace && unicode.Is(unicode.Cf, r)
+}
+
+func dropJoiners(r rune) rune {
+	if IsJoiner(r) {
+		return -1
+	}
+	return r
+}
+
+// compose returns s in NFKC. Text in ASCII, most of it, is returned as it is without
+// looking further.
+func compose(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return norm.NFKC.String(s)
+		}
+	}
+	return s
 }
 
 // Tokens returns the fuzzy-cache tokens of a query (SPEC §2, T1): words that are not stop

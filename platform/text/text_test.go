@@ -2,8 +2,12 @@ package text
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"unicode"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 func TestNormalise(t *testing.T) {
@@ -86,13 +90,18 @@ func TestJaccard(t *testing.T) {
 }
 
 func FuzzTokens(f *testing.F) {
-	for _, s := range []string{"How do I rotate the JWT key?", "", "\x00\xff", "a/b c-d", "don't"} {
+	for _, s := range []string{"How do I rotate the JWT key?", "", "\x00\xff", "a/b c-d", "don't", "cafe\u0301 ｑｕｏｔａ", "ob\u00adserve a\u200bb \ufb01le"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		n := Normalise(s)
 		if Normalise(n) != n {
 			t.Errorf("Normalise is not idempotent on %q", s)
+		}
+		// The exact cache answers a question with the answer to any other of the same
+		// form, so the form must not change what is searched for.
+		if got, want := Words(n), Words(s); !slices.Equal(got, want) {
+			t.Errorf("Words(Normalise(%q)) = %q, want Words of the question, %q", s, got, want)
 		}
 		for _, tok := range Tokens(s) {
 			if len(tok) < 2 || IsStopWord(tok) {
@@ -113,11 +122,11 @@ func wordsReference(s string) []string {
 			b = b[:0]
 		}
 	}
-	for _, r := range strings.ToLower(s) {
+	for _, r := range strings.ToLower(norm.NFKC.String(s)) {
 		switch {
-		case isWordRune(r):
+		case unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r):
 			b = append(b, r)
-		case (r == '\'' || r == '\u2019') && len(b) > 0:
+		case r == '\'' || r == '\u2019' || r != '\u200b' && unicode.Is(unicode.Cf, r):
 		default:
 			flush()
 		}
@@ -127,7 +136,7 @@ func wordsReference(s string) []string {
 }
 
 func FuzzWordsMatchesReference(f *testing.F) {
-	for _, s := range []string{"Don't ROTATE the team's key", "auth/jwt: x-y_z", "’quoted’ it’s", "İstanbul ÉTÉ", "a''b", "\xff\xfe"} {
+	for _, s := range []string{"Don't ROTATE the team's key", "auth/jwt: x-y_z", "’quoted’ it’s", "İstanbul ÉTÉ", "a''b", "\xff\xfe", "re\u0301sume\u0301 ＧＰＵ", "\ufb01x side\u200dcar a\u200bb \u00adx"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -165,5 +174,51 @@ func TestContractionsAreStopWordsAsWordsSpellsThem(t *testing.T) {
 		if strings.Join(got, " ") != strings.Join(tc.want, " ") {
 			t.Errorf("content words of %q = %q, want %q", tc.question, got, tc.want)
 		}
+	}
+}
+
+func TestUnicodeEquivalentSpellingsAreOneWord(t *testing.T) {
+	tests := []struct{ name, a, b string }{
+		{"composed and decomposed", "café résumé", "cafe\u0301 re\u0301sume\u0301"},
+		{"fullwidth", "ｑｕｏｔａ ＧＰＵ", "quota gpu"},
+		{"ligature", "\ufb01rewall", "firewall"},
+		{"soft hyphen", "observ\u00adability", "observability"},
+		{"zero-width joiner and byte-order mark", "side\u200dcar \ufeffkey", "sidecar key"},
+		{"zero-width space separates", "rotate\u200bkey", "rotate key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if a, b := Words(tt.a), Words(tt.b); !slices.Equal(a, b) {
+				t.Errorf("Words(%q) = %q, Words(%q) = %q: want equal", tt.a, a, tt.b, b)
+			}
+			if a, b := Normalise(tt.a), Normalise(tt.b); a != b {
+				t.Errorf("Normalise(%q) = %q, Normalise(%q) = %q: want equal", tt.a, a, tt.b, b)
+			}
+			for _, w := range Words(tt.a) {
+				if got := FoldWord(w); got != w {
+					t.Errorf("FoldWord(%q) = %q: a word of Words is folded already", w, got)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkWords splits a 9 KB document in plain ASCII and the same with one em dash,
+// which makes Words read it in NFKC: the difference is what the composition costs a
+// document at load.
+func BenchmarkWords(b *testing.B) {
+	para := "Rotate the JWT signing key every 90 days: create the new key, publish it to the JWKS endpoint, wait for caches to expire, then switch signing. "
+	ascii := strings.Repeat(para, 64)
+	for _, bm := range []struct{ name, s string }{
+		{"ascii", ascii},
+		{"em-dash", ascii[:len(ascii)/2] + " — " + ascii[len(ascii)/2:]},
+		{"decomposed", strings.ReplaceAll(ascii, "create", "cre\u0301ate")},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
+			b.SetBytes(int64(len(bm.s)))
+			for b.Loop() {
+				Words(bm.s)
+			}
+		})
 	}
 }

@@ -200,38 +200,34 @@ type word struct {
 // but never the first letter.
 func stemStart(w string) string { return w[:advance(w, 0, 1)] }
 
-// words splits s like text.Words and keeps each word's byte offsets. A word already
-// in lower case without apostrophes (most of them) is a slice of s, not a copy.
+// words splits s like text.Words and keeps each word's byte offsets. A word in lower-case
+// ASCII without apostrophes (most of them) is a slice of s, not a copy; any other is
+// folded as text.Words spells it.
 func words(s string) []word {
 	var out []word
-	start, end, lower := -1, -1, false // lower: the word needs lowering or apostrophes dropped
+	start, end, fold := -1, -1, false // fold: the word is not yet spelled as text.Words spells it
 	flush := func() {
 		if start >= 0 && end > start {
 			w := s[start:end]
-			if lower {
-				w = strings.Map(func(r rune) rune {
-					if r == '\'' || r == '’' {
-						return -1
-					}
-					return unicode.ToLower(r)
-				}, w)
+			if fold {
+				w = text.FoldWord(w)
 			}
 			out = append(out, word{w, start, end})
 		}
-		start, lower = -1, false
+		start, fold = -1, false
 	}
 	for i, r := range s {
 		switch {
-		case unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r):
+		case text.IsWordRune(r):
 			if start < 0 {
 				start = i
 			}
 			end = i + utf8.RuneLen(r)
-			if !lower && unicode.ToLower(r) != r {
-				lower = true
+			if !fold && (r >= utf8.RuneSelf || 'A' <= r && r <= 'Z') {
+				fold = true
 			}
-		case (r == '\'' || r == '’') && start >= 0:
-			lower = true
+		case text.IsJoiner(r):
+			fold = fold || start >= 0
 		default:
 			flush()
 		}

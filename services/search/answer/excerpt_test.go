@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/quarry-router/quarry/platform/text"
@@ -212,11 +211,12 @@ func TestWordsSplitLikeTextWords(t *testing.T) {
 	for _, s := range []string{
 		"Rotate the Refresh-Token; it's the dogs' job — ÉCOLE, naïve, ﬁle, İstanbul, 2024 v2",
 		"  leading and trailing  ", "", "'quoted' ’curly’ don’t",
+		"cafe\u0301 ｑｕｏｔａ observ\u00adability side\u200dcar a\u200bb",
 	} {
 		var got []string
 		for _, w := range words(s) {
 			got = append(got, w.word)
-			if strings.Map(unicode.ToLower, strings.NewReplacer("'", "", "’", "").Replace(s[w.start:w.end])) != w.word {
+			if text.FoldWord(s[w.start:w.end]) != w.word {
 				t.Errorf("%q: word %q is not s[%d:%d] = %q", s, w.word, w.start, w.end, s[w.start:w.end])
 			}
 		}

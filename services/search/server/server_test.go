@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -80,6 +79,26 @@ type fixture struct {
 // service does, and returns a client of it. Everything stops when the test ends.
 func start(t *testing.T) *fixture {
 	t.Helper()
+	extrasDir := writeTree(t, map[string]string{
+		"ops/extra.md":  extrasDoc,
+		"ops/other.md":  "# Other\n\nNo front matter.\n",
+		"ops/_index.md": "# Ops\n\nOperations.\n",
+	})
+	return serve(t, map[string]string{platform: exampleKB, extras: extrasDir})
+}
+
+// writeTree writes files (slash paths to contents) under a new temporary folder.
+func writeTree(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	writeFiles(t, dir, files)
+	return dir
+}
+
+// serve loads kbs (IDs to folders) with the default flags and serves them on a
+// loopback socket.
+func serve(t *testing.T, kbs map[string]string) *fixture {
+	t.Helper()
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	var kc kb.Config
 	kc.RegisterFlags(fs)
@@ -91,23 +110,8 @@ func start(t *testing.T) *fixture {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	reg := kb.NewRegistry(kc, log)
 	t.Cleanup(reg.Close)
-
-	extrasDir := t.TempDir()
-	for p, body := range map[string]string{
-		"ops/extra.md":  extrasDoc,
-		"ops/other.md":  "# Other\n\nNo front matter.\n",
-		"ops/_index.md": "# Ops\n\nOperations.\n",
-	} {
-		full := filepath.Join(extrasDir, filepath.FromSlash(p))
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ctx := context.Background()
-	for id, dir := range map[string]string{platform: exampleKB, extras: extrasDir} {
+	for id, dir := range kbs {
 		if _, err := reg.Load(ctx, id, dir); err != nil {
 			t.Fatal(err)
 		}
