@@ -54,6 +54,7 @@ func New(cfg Config, opts ...option.RequestOption) *OpenAI {
 		// One span per HTTP call to the model, in the query's trace, with the W3C
 		// trace context passed on (an instrumented LLM gateway continues the trace).
 		option.WithHTTPClient(&http.Client{Transport: otelhttp.NewTransport(http.DefaultTransport)}),
+		option.WithMiddleware(errorObject),
 	}
 	return &OpenAI{cfg: cfg, client: openai.NewClient(append(base, opts...)...), server: server(cfg.BaseURL), metrics: newInstruments()}
 }
@@ -405,7 +406,17 @@ const tooLong = "the conversation exceeds the model's context window"
 //     length of M";
 //   - llama.cpp server: error.type "exceed_context_size_error", "the request exceeds the
 //     available context size, try increasing it" (HTTP 500 before late 2025, 400 since),
-//     and older "Context size has been exceeded." (500).
+//     and older "Context size has been exceeded." (500);
+//   - Hugging Face TGI: 422, "Input validation error: `inputs` tokens + `max_new_tokens`
+//     must be <= 4096. Given: ..." or "`inputs` must have less than 4095 tokens";
+//   - SGLang: "Requested token count exceeds the model's maximum context length of N";
+//   - Together: "The input (N tokens) is longer than the model's context length (M)";
+//   - Mistral: "Prompt contains N tokens ..., too large for model with M maximum context
+//     length";
+//   - Gemini: "The input token count (N) exceeds the maximum number of tokens allowed";
+//   - Anthropic: "prompt is too long: N tokens > M maximum";
+//   - xAI: "This model's maximum prompt length is N but the request contains M tokens";
+//   - LM Studio: "... the model is loaded with context length of only N tokens".
 //
 // Ollama cuts the prompt to fit without a word, so it never refuses.
 var contextMarkers = []string{
@@ -415,6 +426,14 @@ var contextMarkers = []string{
 	"exceed_context_size_error",
 	"exceeds the available context size",
 	"context size has been exceeded",
+	"`inputs` tokens + `max_new_tokens` must be",
+	"`inputs` must have less than",
+	"is longer than the model's context length",
+	"too large for model with",
+	"exceeds the maximum number of tokens allowed",
+	"prompt is too long",
+	"maximum prompt length is",
+	"context length of only",
 }
 
 // contextLength reports whether a request was refused, with an HTTP error or an error
@@ -460,10 +479,15 @@ func streamFailure(data []byte) (status int, transient bool) {
 		Error struct {
 			Type string          `json:"type"`
 			Code json.RawMessage `json:"code"`
+			// Hugging Face TGI names the status in a field of its own.
+			HTTPStatus int `json:"http_status_code"`
 		} `json:"error"`
 	}
-	if json.Unmarshal(data, &ev) != nil {
+	if json.Unmarshal(reshapeError(data), &ev) != nil {
 		return 0, false
+	}
+	if n := ev.Error.HTTPStatus; n >= 100 && n <= 599 {
+		return n, false
 	}
 	code := string(ev.Error.Code)
 	var s string

@@ -148,6 +148,10 @@ func TestFailuresAreRetriedWithinBounds(t *testing.T) {
 		{"503 twice then success is retried", []llmtest.Turn{{Status: 503}, {Status: 503}, {Content: "ok"}}, 0, "", 3},
 		{"a timeout is retried", []llmtest.Turn{hang, {Content: "ok"}}, 100 * time.Millisecond, "", 2},
 		{"a stream that breaks before any text is retried", []llmtest.Turn{{ToolCalls: []llmtest.Call{{Name: "search", Arguments: `{"query":"x"}`}}, BreakAfter: 2}, {Content: "ok"}}, 0, "", 2},
+		// Hugging Face TGI's error is a string, not an object.
+		{"TGI's overloaded 429 is retried", []llmtest.Turn{{Status: 429, Body: `{"error":"Model is overloaded","error_type":"overloaded"}`}, {Content: "ok"}}, 0, "", 2},
+		{"TGI's 503 twice is retried", []llmtest.Turn{{Status: 503, Body: `{"error":"Model is loading","error_type":"unhealthy"}`}, {Status: 503, Body: `{"error":"Model is loading"}`}, {Content: "ok"}}, 0, "", 3},
+		{"TGI's 422 says its status and is not retried", []llmtest.Turn{{Status: 422, Body: `{"error":"Input validation error: temperature must be strictly positive","error_type":"validation"}`}, {Content: "never"}}, 0, "HTTP 422 Unprocessable Entity after 1 attempt", 1},
 		{"a proxy's HTML 502 is retried", []llmtest.Turn{{Status: 502, Body: "<html>bad gateway</html>"}, {Content: "ok"}}, 0, "", 2},
 		{"retries stop after -llm-max-retries", []llmtest.Turn{{Status: 500}, {Status: 500}, {Status: 500}, {Content: "never"}}, 0, "HTTP 500 Internal Server Error after 3 attempts", 3},
 		{"timeouts stop after -llm-max-retries", []llmtest.Turn{hang, hang, hang}, 50 * time.Millisecond, "no complete answer within -llm-timeout (50ms) after 3 attempts", 3},
@@ -464,6 +468,10 @@ func TestErrorEventsInTheStream(t *testing.T) {
 		{"OpenAI's server_error is retried", `{"error":{"message":"The server had an error while processing your request.","type":"server_error","param":null,"code":null}}`, "", 2},
 		{"a numeric 5xx code is retried", `{"error":{"message":"Provider returned error","code":502}}`, "", 2},
 		{"a rate limit is retried", `{"error":{"message":"Rate limit reached","type":"rate_limit_exceeded","code":"rate_limit_exceeded"}}`, "", 2},
+		// Hugging Face TGI: its status as http_status_code, or (older) the error a string.
+		{"TGI's overloaded event is retried", `{"error":{"message":"Model is overloaded","http_status_code":429}}`, "", 2},
+		{"TGI's older overloaded event is retried", `{"error":"Model is overloaded","error_type":"overloaded"}`, "", 2},
+		{"TGI's validation event is not retried", `{"error":{"message":"Input validation error: top_p must be > 0.0 and < 1.0","http_status_code":422}}`, "the LLM reported an error in its stream (HTTP 422) after 1 attempt", 1},
 		{"a bad request is not retried", `{"error":{"object":"error","message":"Expecting ',' delimiter: line 1 column 43 (char 42)","type":"BadRequestError","code":400}}`, "the LLM reported an error in its stream (HTTP 400) after 1 attempt", 1},
 		{"a context-length refusal is not retried and says so", `{"error":{"object":"error","message":"This model's maximum context length is 4096 tokens","type":"BadRequestError","code":400}}`, "the LLM reported an error in its stream (HTTP 400) after 1 attempt: the conversation exceeds the model's context window", 1},
 	}

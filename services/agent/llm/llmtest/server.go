@@ -223,6 +223,18 @@ var ContextRefusals = []struct {
 	{"llama.cpp server", Turn{Status: http.StatusBadRequest, Body: `{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":4390,"n_ctx":4096}}`}},
 	// llama.cpp server answered this one with HTTP 500 until late 2025.
 	{"llama.cpp server, older", Turn{Status: http.StatusInternalServerError, Body: `{"error":{"code":500,"message":"the request exceeds the available context size. try increasing the context size or enable context shift","type":"exceed_context_size_error","n_prompt_tokens":1407,"n_ctx":256}}`}},
+	// Hugging Face TGI answers 422 with "error" a string, not an object, for the prompt
+	// and the completion together or the prompt alone.
+	{"TGI", Turn{Status: http.StatusUnprocessableEntity, Body: "{\"error\":\"Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 3900 `inputs` tokens and 1024 `max_new_tokens`\",\"error_type\":\"validation\"}"}},
+	{"TGI, prompt alone", Turn{Status: http.StatusUnprocessableEntity, Body: "{\"error\":\"Input validation error: `inputs` must have less than 4095 tokens. Given: 4210\",\"error_type\":\"validation\"}"}},
+	{"SGLang", Turn{Status: http.StatusBadRequest, Body: `{"object":"error","message":"Requested token count exceeds the model's maximum context length of 4096 tokens. You requested a total of 5120 tokens: 4096 tokens from the input messages and 1024 tokens for the completion.","type":"BadRequestError","param":null,"code":400}`}},
+	{"Together", Turn{Status: http.StatusBadRequest, Body: `{"error":{"message":"The input (9120 tokens) is longer than the model's context length (8192 tokens).","type":"invalid_request_error","param":null,"code":null}}`}},
+	{"Mistral", Turn{Status: http.StatusBadRequest, Body: `{"object":"error","message":"Prompt contains 40000 tokens and 0 draft tokens, too large for model with 32768 maximum context length","type":"invalid_request_message_error","param":null,"code":"3051"}`}},
+	// Gemini's OpenAI-compatible endpoint answers with Google's error list.
+	{"Gemini", Turn{Status: http.StatusBadRequest, Body: `[{"error":{"code":400,"message":"The input token count (1300000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}]`}},
+	{"Anthropic", Turn{Status: http.StatusBadRequest, Body: `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}`}},
+	{"xAI", Turn{Status: http.StatusBadRequest, Body: `{"code":"Client specified an invalid argument","error":"This model's maximum prompt length is 131072 but the request contains 137812 tokens."}`}},
+	{"LM Studio", Turn{Status: http.StatusBadRequest, Body: `{"error":"Trying to keep the first 5000 tokens when context the overflows. However, the model is loaded with context length of only 4096 tokens, which is not enough. Try to load the model with a larger context length, or provide a shorter input"}`}},
 }
 
 // Requests returns the requests received so far.
