@@ -20,6 +20,12 @@ import (
 // change. A variable so that tests can lower it.
 var maxSyncBytes = 1 << 30
 
+// syncFileBytes is what the server holds per file of a SyncFiles stream beyond its path
+// and bytes (the upload, its parse, its result and the response entry), counted toward
+// maxSyncBytes: a file of a few bytes on the wire costs this much memory, and a stream
+// of millions of empty files is held until it ends just the same.
+const syncFileBytes = 256
+
 // Knowledge implements quarryv1.KnowledgeServiceServer, the write side.
 type Knowledge struct {
 	quarryv1.UnimplementedKnowledgeServiceServer
@@ -73,8 +79,8 @@ func (s *Knowledge) SyncFiles(stream grpc.ClientStreamingServer[quarryv1.SyncFil
 			return status.Error(codes.InvalidArgument, "only the first message may be a header")
 		}
 		// The path counts too: a stream of empty files with long paths (each as large as
-		// a message may be) is held in memory just the same.
-		if total += len(f.GetPath()) + len(f.GetContent()); total > maxSyncBytes {
+		// a message may be) is held in memory just the same; and so does the file itself.
+		if total += len(f.GetPath()) + len(f.GetContent()) + syncFileBytes; total > maxSyncBytes {
 			return status.Errorf(codes.ResourceExhausted, "upload over %d bytes: sync the tree in parts with keep_missing", maxSyncBytes)
 		}
 		files = append(files, kb.Upload{Path: f.GetPath(), Data: f.GetContent()})

@@ -120,6 +120,29 @@ func TestSyncFilesBoundsPathsToo(t *testing.T) {
 	assertUnchanged(t, before, f.state(t, team))
 }
 
+// TestSyncFilesBoundsTheNumberOfFilesToo: each file of a stream is held in memory until
+// it ends, at a cost of its own (its path and bytes, and what the server keeps per file,
+// about a hundred bytes more), while the bound counted only the path and the bytes. A
+// stream of empty files with one-byte paths, a few bytes each on the wire, grew the
+// server's memory about forty times faster than the bound counted before it answered
+// RESOURCE_EXHAUSTED, if it did at all.
+func TestSyncFilesBoundsTheNumberOfFilesToo(t *testing.T) {
+	old := maxSyncBytes
+	maxSyncBytes = 64 << 10
+	t.Cleanup(func() { maxSyncBytes = old })
+	f := startWrite(t, nil)
+	before := f.state(t, team)
+	files := make([][2]string, 4096) // 4 KiB of paths, far more files than 64 KiB holds
+	for i := range files {
+		files[i] = [2]string{"x", ""}
+	}
+	_, err := syncFiles(callCtx(t), f.know, team, true, files...)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("SyncFiles of %d empty files over a 64 KiB bound = %v, want RESOURCE_EXHAUSTED", len(files), err)
+	}
+	assertUnchanged(t, before, f.state(t, team))
+}
+
 // TestDeleteFileRemovesAFileTheLoaderRefused: a file in the folder that the loader
 // refused (here, front matter out of range) counts toward -kb-max-files and sits on the
 // volume, but DeleteFile answered NOT_FOUND, so only someone with access to the disk

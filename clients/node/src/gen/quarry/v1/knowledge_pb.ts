@@ -779,10 +779,10 @@ export const FileOutcomeSchema: GenEnum<FileOutcome> = /*@__PURE__*/
  * written, a sync source is not allowed, a write would leave the knowledge base with more
  * markdown files than it may hold (-kb-max-files; archived full texts are not counted, and
  * a write that adds no file is never refused), or the file to archive is a folder summary
- * or a ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload (contents and paths) exceeds
- * 1 GiB, or when the caller has
- * too many calls in flight or is over its request rate (-limit-*; with a
- * google.rpc.RetryInfo detail and a "retry-after" trailer); UNAUTHENTICATED and
+ * or a ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload (contents and paths, and
+ * 256 bytes per file) exceeds 1 GiB, or when the caller has too many calls in flight or
+ * is over its request rate (-limit-*; with a google.rpc.RetryInfo detail and a
+ * "retry-after" trailer); UNAUTHENTICATED and
  * PERMISSION_DENIED with API keys (-auth-keys): every call of this service, reads
  * included, needs a key with "write" for the knowledge base; UNAVAILABLE when the search
  * engine did not confirm a write (nothing is half-applied: the files are put back as they
