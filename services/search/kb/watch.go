@@ -336,8 +336,10 @@ func (r *Registry) applyEdits(ctx context.Context, id string, paths []string) (*
 	return r.write(ctx, id, false, func(cur *KB, dir *tree.Dir) (*plan, error) {
 		p := &plan{}
 		seen := map[string]bool{}
+		seenRefused := map[string]bool{}
 		remove := func(path string) {
-			if _, ok := cur.Tree.ByPath[path]; ok && !seen[path] {
+			// A file the loader refused counts too: gone, it no longer does.
+			if cur.Tree.Counts(path) && !seen[path] {
 				seen[path] = true
 				p.ops = append(p.ops, op{path: path, onDisk: true})
 				p.files = append(p.files, FileResult{Path: path, Outcome: Removed})
@@ -350,7 +352,24 @@ func (r *Registry) applyEdits(ctx context.Context, id string, paths []string) (*
 					out = append(out, d.Path)
 				}
 			}
+			for _, f := range cur.Tree.Refused() {
+				if strings.HasPrefix(f, folder+"/") {
+					out = append(out, f)
+				}
+			}
 			return out
+		}
+		// refuse records a new file the loader would refuse (unreadable, too large, bad
+		// front matter): Load counts it toward -kb-max-files, so the snapshot does, and
+		// DeleteFile or a full sync can take it away. A file indexed before keeps its
+		// indexed version.
+		refuse := func(rel string) {
+			clean, err := tree.CheckFilePath(rel, r.cfg.Tree)
+			if err != nil || seenRefused[clean] || tree.IsArchivedOriginal(clean) || cur.Tree.Counts(clean) {
+				return
+			}
+			seenRefused[clean] = true
+			p.ops = append(p.ops, op{path: clean, onDisk: true, refused: true})
 		}
 		file := func(rel string, data []byte, mtime time.Time) {
 			if seen[rel] || tree.IsArchivedOriginal(rel) {
@@ -368,6 +387,7 @@ func (r *Registry) applyEdits(ctx context.Context, id string, paths []string) (*
 			doc, err := tree.ParseFile(cur.Tree.Root, clean, data, mtime, r.cfg.Tree)
 			if err != nil {
 				r.log.Warn("edited file refused; the indexed version stays", "kb", id, "path", clean, "err", err)
+				refuse(clean)
 				return
 			}
 			p.ops = append(p.ops, op{path: clean, data: data, doc: doc, onDisk: true})
@@ -394,7 +414,7 @@ func (r *Registry) applyEdits(ctx context.Context, id string, paths []string) (*
 			case err != nil:
 				return nil, err
 			case fi.IsDir():
-				files, _, err := dir.ReadFiles(ctx, rel, r.cfg.Tree)
+				files, skips, err := dir.ReadFiles(ctx, rel, r.cfg.Tree)
 				switch {
 				case err != nil && lost(err):
 					drop(rel)
@@ -411,6 +431,13 @@ func (r *Registry) applyEdits(ctx context.Context, id string, paths []string) (*
 					have[full] = true
 					file(full, f.Data, f.ModTime)
 				}
+				for _, s := range skips {
+					if s.Refused {
+						full := path.Join(rel, s.Path)
+						have[full] = true
+						refuse(full)
+					}
+				}
 				for _, d := range under(rel) {
 					if !have[d] {
 						remove(d)
@@ -426,6 +453,9 @@ func (r *Registry) applyEdits(ctx context.Context, id string, paths []string) (*
 				}
 				if err != nil {
 					r.log.Warn("edited file unreadable; the indexed version stays", "kb", id, "path", rel, "err", err)
+					if !errors.Is(err, tree.ErrSymlink) && !errors.Is(err, tree.ErrNotKnowledgeFile) {
+						refuse(rel)
+					}
 					continue
 				}
 				file(rel, data, fi.ModTime())

@@ -161,6 +161,10 @@ type op struct {
 	doc *tree.Document
 	// onDisk marks a change the folder already holds (an edit the watcher saw).
 	onDisk bool
+	// refused marks, with onDisk, a new file in the folder that the loader refuses:
+	// nothing is indexed, but it counts toward -kb-max-files as Load counts it, and
+	// DeleteFile and a full sync can take it away.
+	refused bool
 }
 
 // plan is a write worked out against the current snapshot, before anything is changed.
@@ -792,7 +796,7 @@ func (r *Registry) checkFileCount(cur *KB, p *plan) error {
 		if tree.IsArchivedOriginal(o.path) {
 			continue // never read by Load, so never counted
 		}
-		removal := o.remove || (o.onDisk && o.doc == nil)
+		removal := o.remove || (o.onDisk && o.doc == nil && !o.refused)
 		switch {
 		case removal && cur.Tree.Counts(o.path):
 			n--
@@ -914,7 +918,7 @@ func (r *Registry) applyFiles(dir *tree.Dir, p *plan) (func(), error) {
 func (r *Registry) apply(ctx context.Context, cur *KB, p *plan) (*KB, error) {
 	var changes []engine.Change
 	var upserts []*tree.Document
-	var deletes []string
+	var deletes, refused []string
 	for _, o := range p.ops {
 		if tree.IsArchivedOriginal(o.path) {
 			continue
@@ -931,13 +935,15 @@ func (r *Registry) apply(ctx context.Context, cur *KB, p *plan) (*KB, error) {
 		case old != nil:
 			deletes = append(deletes, o.path)
 			changes = append(changes, engine.Change{Old: engineDoc(old)})
-		case o.remove && cur.Tree.Counts(o.path):
+		case o.refused:
+			refused = append(refused, o.path)
+		case (o.remove || o.onDisk) && cur.Tree.Counts(o.path):
 			// A file the loader refused: never indexed, but counted toward -kb-max-files
 			// until it is gone.
 			deletes = append(deletes, o.path)
 		}
 	}
-	t := cur.Tree.With(upserts, deletes)
+	t := cur.Tree.With(upserts, deletes, refused...)
 	ref := cur.ref
 	if r.rebuilds(cur, len(changes)) {
 		// Queries keep searching the current index while the new one is built; it is

@@ -96,6 +96,12 @@ func (l *loader) skip(p, reason string) {
 	l.skipped = append(l.skipped, Skip{Path: p, Reason: reason})
 }
 
+// skipRefused records a listed markdown file that could not be read or loaded.
+func (l *loader) skipRefused(p, reason string) {
+	l.log.Warn("skipped", "path", p, "reason", reason)
+	l.skipped = append(l.skipped, Skip{Path: p, Reason: reason, Refused: true})
+}
+
 func (l *loader) visit(p string, d fs.DirEntry, err error) error {
 	if cerr := l.ctx.Err(); cerr != nil {
 		return cerr
@@ -199,7 +205,7 @@ func (l *loader) readAll() error {
 	for i, p := range l.pending {
 		r := results[i]
 		if r.err != nil {
-			l.skip(p, r.err.Error())
+			l.skipRefused(p, r.err.Error())
 			if l.refused == nil {
 				l.refused = map[string]bool{}
 			}
@@ -320,7 +326,7 @@ func readFiles(ctx context.Context, r *os.Root, cfg Config) ([]File, []Skip, err
 	files := make([]File, 0, len(l.pending))
 	for i, f := range read {
 		if errs[i] != nil {
-			l.skip(f.Path, errs[i].Error())
+			l.skipRefused(f.Path, errs[i].Error())
 			continue
 		}
 		files = append(files, f)

@@ -81,7 +81,7 @@ func TestLoadSkipsNamesNoTreePathMayHold(t *testing.T) {
 		t.Errorf("loaded %q, want [ok.md ops/fine.md]", got)
 	}
 	if len(tr.Skipped) != 4 {
-		t.Errorf("Skipped = %q, want the 4 bad names", tr.Skipped)
+		t.Errorf("Skipped = %+v, want the 4 bad names", tr.Skipped)
 	}
 	files, skips, err := ReadFiles(context.Background(), dir, DefaultConfig())
 	if err != nil {

@@ -30,6 +30,9 @@ type Tree struct {
 type Skip struct {
 	Path   string
 	Reason string
+	// Refused marks a markdown file that was listed and then could not be read or
+	// loaded (size, encoding, front matter): Load counts it toward Config.MaxFiles.
+	Refused bool `json:",omitempty"`
 }
 
 // Entry is one child of a folder, as List returns it.

@@ -116,8 +116,9 @@ func ParseFile(root, p string, data []byte, mtime time.Time, cfg Config) (*Docum
 
 // With returns a new tree: t with the documents of upserts added or replacing those of the
 // same path, and the paths of deletes removed. t is unchanged. Skips recorded for the
-// paths written or removed are dropped.
-func (t *Tree) With(upserts []*Document, deletes []string) *Tree {
+// paths written or removed are dropped. refused names files in the folder, not loaded,
+// that the loader refuses: counted by Files, as Load counts them, until deleted.
+func (t *Tree) With(upserts []*Document, deletes []string, refused ...string) *Tree {
 	gone := make(map[string]bool, len(upserts)+len(deletes))
 	for _, p := range deletes {
 		gone[p] = true
@@ -152,6 +153,15 @@ func (t *Tree) With(upserts []*Document, deletes []string) *Tree {
 			}
 			out.refused[p] = true
 		}
+	}
+	for _, p := range refused {
+		if _, ok := out.ByPath[p]; ok {
+			continue
+		}
+		if out.refused == nil {
+			out.refused = map[string]bool{}
+		}
+		out.refused[p] = true
 	}
 	return out
 }

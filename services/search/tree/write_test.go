@@ -1,7 +1,9 @@
 package tree
 
 import (
+	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -123,6 +125,26 @@ func TestWithReplacesAddsAndRemovesDocuments(t *testing.T) {
 	}
 	if len(base.Docs) != 3 || base.ByPath["a/x.md"].Title != "x" {
 		t.Error("With changed the tree it was called on")
+	}
+}
+
+// TestWithCountsRefusedFilesAsLoadDoes: a file the watcher finds in the folder and the
+// loader refuses is counted toward MaxFiles, as Load counts it, until it is deleted or
+// loaded after all.
+func TestWithCountsRefusedFilesAsLoadDoes(t *testing.T) {
+	base := New("root", []*Document{{Path: "a/x.md", Title: "x"}})
+	next := base.With(nil, nil, "a/bad.md", "a/x.md") // an indexed file is no refused one
+	if got := next.Refused(); !slices.Equal(got, []string{"a/bad.md"}) || next.Files() != 2 || !next.Counts("a/bad.md") {
+		t.Errorf("refused %v, files %d; want [a/bad.md], 2", got, next.Files())
+	}
+	if base.Files() != 1 {
+		t.Error("With changed the tree it was called on")
+	}
+	if gone := next.With(nil, []string{"a/bad.md"}); gone.Files() != 1 || gone.Counts("a/bad.md") {
+		t.Errorf("after deleting it: files %d, refused %v; want 1, []", gone.Files(), gone.Refused())
+	}
+	if fixed := next.With([]*Document{{Path: "a/bad.md", Title: "fixed"}}, nil); fixed.Files() != 2 || len(fixed.Refused()) != 0 {
+		t.Errorf("after loading it: files %d, refused %v; want 2, []", fixed.Files(), fixed.Refused())
 	}
 }
 
@@ -266,5 +288,40 @@ func TestRemoveOfAMissingFileChangesNothing(t *testing.T) {
 	}
 	if len(*synced) != 0 {
 		t.Errorf("removing missing files synced %q, want nothing", *synced)
+	}
+}
+
+// TestSkipsSayWhichFilesLoadCounts: a markdown file listed and then refused (here, too
+// large) counts toward MaxFiles; a link, never read, does not. The watcher reads a new
+// folder with ReadFiles and counts what Load would.
+func TestSkipsSayWhichFilesLoadCounts(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "big.md"), make([]byte, 64), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ok.md"), []byte("# ok\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("ok.md", filepath.Join(dir, "link.md")); err != nil {
+		t.Skipf("no symbolic links here: %v", err)
+	}
+	cfg := DefaultConfig()
+	cfg.MaxFileBytes, cfg.MaxFrontMatterBytes = 32, 16
+	tr, err := Load(context.Background(), dir, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, skips, err := ReadFiles(context.Background(), dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, got := range [][]Skip{tr.Skipped, skips} {
+		refused := map[string]bool{}
+		for _, s := range got {
+			refused[s.Path] = s.Refused
+		}
+		if want := map[string]bool{"big.md": true, "link.md": false}; !maps.Equal(refused, want) {
+			t.Errorf("skips %+v, want big.md refused and link.md not", got)
+		}
 	}
 }
