@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"syscall"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/auth"
@@ -206,6 +207,10 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 		// The cause names folders of the server.
 		log.ErrorContext(ctx, "knowledge base folder not writable", "err", err)
 		return status.Error(codes.FailedPrecondition, "the knowledge base's folder cannot be written (read-only or no permission)")
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		// The write was undone (kb.applyFiles); the cause names folders of the server.
+		log.ErrorContext(ctx, "knowledge base volume full", "err", err)
+		return status.Error(codes.ResourceExhausted, "the knowledge base's volume is full")
 	case errors.Is(err, kb.ErrNotArchivable), errors.Is(err, kb.ErrSyncSource), errors.Is(err, tree.ErrTooManyFiles):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, kb.ErrEngine):

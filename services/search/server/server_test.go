@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -733,6 +734,8 @@ func TestToStatusMapsDomainErrors(t *testing.T) {
 		{"missing document", fmt.Errorf("doc: %w", tree.ErrNotFound), codes.NotFound, false},
 		{"deadline", fmt.Errorf("search /var/lib/quarry: %w", context.DeadlineExceeded), codes.DeadlineExceeded, true},
 		{"cancelled", fmt.Errorf("search /var/lib/quarry: %w", context.Canceled), codes.Canceled, true},
+		{"a full volume", fmt.Errorf("write /var/lib/quarry/kb/a.md: %w", syscall.ENOSPC), codes.ResourceExhausted, true},
+		{"a full quota", fmt.Errorf("write /var/lib/quarry/kb/a.md: %w", syscall.EDQUOT), codes.ResourceExhausted, true},
 		{"anything else", fmt.Errorf("search: %w", cause), codes.Internal, true},
 	}
 	for _, tt := range tests {
