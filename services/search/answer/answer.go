@@ -86,7 +86,7 @@ func Direct(query string, docs []*tree.Document, gaps []string, cfg Config) stri
 		if body == "" {
 			body = "_(empty document)_"
 		}
-		b.WriteString(closeFence(demoteHeadings(truncate(body, cfg.MaxDocChars))))
+		b.WriteString(closeBlocks(demoteHeadings(truncate(body, cfg.MaxDocChars))))
 		b.WriteString("\n\n")
 	}
 	writeSources(&b, docs)
@@ -324,25 +324,77 @@ func (f fence) closedBy(line string) bool {
 
 func (f fence) String() string { return strings.Repeat(string(f.char), f.n) }
 
-// closeFence closes a code fence left open (by truncation, or by the author) so the rest
-// of the answer is not swallowed by it.
-func closeFence(s string) string {
-	var f fence
-	open := false
-	for _, l := range strings.Split(s, "\n") {
-		if open {
-			open = !f.closedBy(l)
-		} else {
-			f, open = openFence(l)
+// htmlBlock is an open CommonMark HTML block of the kinds that run until a line holds
+// their end text (a comment, <pre>, <script>, <style>, <textarea>, <?...?>, <!X...>,
+// CDATA), not until a blank line: left open, it hides the rest of the answer as raw
+// HTML.
+type htmlBlock struct{ end string }
+
+// openHTML returns the HTML block a line opens, if it opens one of those kinds, and the
+// rest of the line after the text that opened it.
+func openHTML(line string) (h htmlBlock, rest string, ok bool) {
+	t := strings.TrimLeft(line, " ")
+	if len(line)-len(t) > 3 || !strings.HasPrefix(t, "<") {
+		return htmlBlock{}, "", false
+	}
+	lower := strings.ToLower(t)
+	for _, tag := range []string{"pre", "script", "style", "textarea"} {
+		if r, ok := strings.CutPrefix(lower, "<"+tag); ok && (r == "" || strings.ContainsRune(" \t\r>", rune(r[0]))) {
+			return htmlBlock{"</" + tag + ">"}, r, true
 		}
 	}
-	if !open {
+	for _, k := range []struct{ open, end string }{{"<!--", "-->"}, {"<?", "?>"}, {"<![cdata[", "]]>"}} {
+		if r, ok := strings.CutPrefix(lower, k.open); ok {
+			return htmlBlock{k.end}, r, true
+		}
+	}
+	if len(t) > 2 && t[1] == '!' && ('a' <= lower[2] && lower[2] <= 'z') {
+		return htmlBlock{">"}, lower[2:], true
+	}
+	return htmlBlock{}, "", false
+}
+
+func (h htmlBlock) closedBy(line string) bool { return strings.Contains(strings.ToLower(line), h.end) }
+
+// closeBlocks closes a code fence or an HTML block (see htmlBlock) left open, by
+// truncation or by the author, so the rest of the answer is not swallowed by it.
+func closeBlocks(s string) string {
+	var (
+		f     fence
+		h     htmlBlock
+		inF   bool
+		inH   bool
+		lines = strings.Split(s, "\n")
+	)
+	for _, l := range lines {
+		switch {
+		case inF:
+			inF = !f.closedBy(l)
+		case inH:
+			inH = !h.closedBy(l)
+		default:
+			if f, inF = openFence(l); inF {
+				continue
+			}
+			var rest string
+			if h, rest, inH = openHTML(l); inH {
+				inH = !h.closedBy(rest)
+			}
+		}
+	}
+	var closer string
+	switch {
+	case inF:
+		closer = f.String()
+	case inH:
+		closer = h.end
+	default:
 		return s
 	}
 	if i := strings.LastIndex(s, "\n\n"+truncatedMarker); i >= 0 && i == len(s)-len(truncatedMarker)-2 {
-		return s[:i] + "\n" + f.String() + "\n\n" + truncatedMarker
+		return s[:i] + "\n" + closer + "\n\n" + truncatedMarker
 	}
-	return s + "\n" + f.String()
+	return s + "\n" + closer
 }
 
 // truncate cuts s after max characters (runes, never inside one) and marks the cut.

@@ -116,6 +116,10 @@ func TestDirectKeepsTheAnswerSections(t *testing.T) {
 		// Trimming the body must not strip the indentation that makes a line code.
 		{"indented code first stays code", "    # not a heading\n\ntext\n",
 			[]string{"\n    # not a heading\n"}, []string{"\n# not a heading\n"}},
+		{"an unclosed comment is closed before the sections", "Visible.\n\n<!-- TODO: rewrite\n\nmore notes\n",
+			[]string{"more notes\n-->\n\n## Sources"}, nil},
+		{"an unclosed pre is closed before the sections", "Intro.\n\n<pre>\nraw output\n",
+			[]string{"raw output\n</pre>\n\n## Sources"}, nil},
 		{"a fence inside a longer fence", "````md\n```\n````\n\n# Heading\n",
 			[]string{"#### Heading\n"}, []string{"\n# Heading\n", "```\n\n## Sources"}},
 	}
@@ -155,7 +159,7 @@ func TestDirectTruncatesTheDocumentNotTheDemotion(t *testing.T) {
 	}
 }
 
-func TestCloseFence(t *testing.T) {
+func TestCloseBlocks(t *testing.T) {
 	tests := []struct{ name, in, want string }{
 		{"closed fences are left alone", "a\n```\ncode\n```\nb", "a\n```\ncode\n```\nb"},
 		{"an open fence is closed", "a\n```go\ncode", "a\n```go\ncode\n```"},
@@ -168,11 +172,28 @@ func TestCloseFence(t *testing.T) {
 		{"a shorter fence inside a longer one closes nothing", "````md\n```go\nx\n```\n````\nb", "````md\n```go\nx\n```\n````\nb"},
 		{"a fence with an info string closes nothing", "```\n```go\nx", "```\n```go\nx\n```"},
 		{"backticks inside an info string open no fence", "```inline``` code\nb", "```inline``` code\nb"},
+		// HTML blocks that run until their end text, not a blank line (CommonMark 4.6,
+		// kinds 1 to 5).
+		{"closed comments are left alone", "a <!-- x --> b\n<!-- y\n\nz -->\nc", "a <!-- x --> b\n<!-- y\n\nz -->\nc"},
+		{"an open comment is closed", "a\n\n<!-- draft\n\nnotes", "a\n\n<!-- draft\n\nnotes\n-->"},
+		{"an open comment is closed before the truncation marker", "<!-- draft\nnotes\n\n" + truncatedMarker,
+			"<!-- draft\nnotes\n-->\n\n" + truncatedMarker},
+		{"an inline comment opens no block", "text <!-- open\n\nb", "text <!-- open\n\nb"},
+		{"an open pre is closed", "  <PRE class=x>\nout", "  <PRE class=x>\nout\n</pre>"},
+		{"a pre closed on its line is left alone", "<pre>x</pre>\nb", "<pre>x</pre>\nb"},
+		{"a preamble tag is no pre", "<preamble>\nb", "<preamble>\nb"},
+		{"an open script, style, textarea", "<script>\nx", "<script>\nx\n</script>"},
+		{"an open declaration", "<!DOCTYPE html\nx", "<!DOCTYPE html\nx\n>"},
+		{"an open processing instruction", "<?php\nx", "<?php\nx\n?>"},
+		{"open CDATA", "<![CDATA[\nx", "<![CDATA[\nx\n]]>"},
+		{"indented four spaces is code", "    <!-- x\nb", "    <!-- x\nb"},
+		{"a comment inside a fence is code", "```\n<!-- x\n```\nb", "```\n<!-- x\n```\nb"},
+		{"a fence inside a comment is HTML", "<!-- x\n```\n-->\nb", "<!-- x\n```\n-->\nb"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := closeFence(tc.in); got != tc.want {
-				t.Fatalf("closeFence(%q) = %q, want %q", tc.in, got, tc.want)
+			if got := closeBlocks(tc.in); got != tc.want {
+				t.Fatalf("closeBlocks(%q) = %q, want %q", tc.in, got, tc.want)
 			}
 		})
 	}
