@@ -14,6 +14,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/telemetry/otlptest"
 	"github.com/quarry-router/quarry/services/agent/llm/llmtest"
 	"github.com/quarry-router/quarry/services/search/engine/meili/meilitest"
@@ -175,6 +176,7 @@ func (r *composeRun) run() {
 	defer conn.Close()
 	engine := r.service("search").Environment["QUARRY_SEARCH_ENGINE"]
 	askThrough(t, conn, net.JoinHostPort(r.net.ips["redis"], "6379"), engine == nil || *engine != "meilisearch", r.llm)
+	r.checkWrites(conn)
 	r.scrapeMetrics()
 
 	// docker compose down stops dependents first.
@@ -225,6 +227,66 @@ func (r *composeRun) scrapeMetrics() {
 		}
 		scrape(t, name, "http://"+net.JoinHostPort(r.net.ips[name], port)+"/metrics", want)
 	}
+}
+
+// The file checkWrites adds to the example knowledge base, and a question only it answers.
+const (
+	writtenPath     = "runbooks/zorbulator-flux-valve.md"
+	writtenQuestion = "How do I recalibrate the zorbulator flux valve?"
+	writtenContent  = "---\ntitle: Recalibrating the zorbulator flux valve\ntags: [zorbulator]\n---\n" +
+		"# Recalibrating the zorbulator flux valve\n\nTo recalibrate the zorbulator flux valve, drain the " +
+		"zorbulator, reset the flux valve to its factory offset and run the zorbulator calibration job.\n"
+)
+
+// checkWrites plays what the compose file offers for the write side: the CLI on the
+// host (`quarry sync`, `archive`, whose -addr default is 127.0.0.1:7701) reaches the
+// search service's KnowledgeService on a port compose publishes on the host's
+// loopback only (the search service takes no API keys), the named volume takes the
+// write, and the gateway's next answer comes from the new file.
+func (r *composeRun) checkWrites(gateway *grpc.ClientConn) {
+	t := r.t
+	s := r.service("search")
+	target := -1
+	for _, p := range s.Ports {
+		if p.Published != "7701" {
+			continue
+		}
+		if p.HostIP != "127.0.0.1" {
+			t.Errorf("search publishes 7701 on %q: without API keys it must be the host's loopback only (127.0.0.1:7701:7701)", p.HostIP)
+		}
+		target = int(p.Target)
+	}
+	if target < 0 {
+		t.Errorf("search publishes %v: the CLI's sync and archive (-addr 127.0.0.1:7701) cannot reach its KnowledgeService", s.Ports)
+		return
+	}
+	conn, err := grpc.NewClient(net.JoinHostPort(r.net.ips["search"], strconv.Itoa(target)), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	resp, err := quarryv1.NewKnowledgeServiceClient(conn).UpsertFile(ctx, &quarryv1.UpsertFileRequest{
+		KnowledgeBase: exampleKB, Path: writtenPath, Content: []byte(writtenContent)})
+	if err != nil {
+		t.Errorf("UpsertFile %s on the published port: %v", writtenPath, err)
+		return
+	}
+	if resp.GetFile().GetOutcome() != quarryv1.FileOutcome_FILE_OUTCOME_INDEXED {
+		t.Errorf("UpsertFile %s: %v, want INDEXED", writtenPath, resp.GetFile())
+	}
+	// The gateway learns the new generation through its watch: within a moment.
+	var last *quarryv1.QueryResponse
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if last, err = ask(gateway, writtenQuestion, 15*time.Second); err != nil {
+			t.Fatalf("Query(%q): %v", writtenQuestion, err)
+		}
+		if len(last.GetSources()) > 0 && last.GetSources()[0].GetPath() == writtenPath {
+			return
+		}
+	}
+	t.Errorf("%q after the write: tier %v, sources %v; want %s first", writtenQuestion, last.GetTier(), last.GetSources(), writtenPath)
 }
 
 func (r *composeRun) service(name string) types.ServiceConfig {

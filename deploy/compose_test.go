@@ -81,3 +81,24 @@ func TestDockerfiles(t *testing.T) {
 		})
 	}
 }
+
+// TestComposePublishesOnLoopbackOnly: compose is a trial on one machine, without
+// credentials worth the name (the gateway open with -auth-open-network, the search
+// service with no keys, Meilisearch's master key a default from this repository, Ollama
+// and Jaeger with none), so every port it publishes binds the host's loopback: with no
+// host address Docker publishes on every interface, and anyone on the machine's network
+// could query the knowledge bases or rewrite the Meilisearch index.
+func TestComposePublishesOnLoopbackOnly(t *testing.T) {
+	p := loadCompose(t, nil, []string{"llm"})
+	for _, name := range p.ServiceNames() {
+		s, err := p.GetService(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, port := range s.Ports {
+			if port.HostIP != "127.0.0.1" {
+				t.Errorf("%s publishes %s:%d on %q: want 127.0.0.1:%s:%d", name, port.Published, port.Target, port.HostIP, port.Published, port.Target)
+			}
+		}
+	}
+}

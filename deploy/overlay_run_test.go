@@ -61,6 +61,7 @@ var tlsSecretRE = regexp.MustCompile(`^(quarry-[a-z]+)-tls$`)
 // own loopback address: one per StatefulSet, and up to maxReplicas per Deployment.
 type overlayRun struct {
 	t         *testing.T
+	overlay   string
 	images    map[string]*image
 	root      string
 	namespace string
@@ -114,6 +115,7 @@ func TestOverlaysRun(t *testing.T) {
 			r := &overlayRun{t: t, images: imgs, root: runRoot(t), key: randomKey(t),
 				configMaps: map[string]map[string]string{}, secrets: map[string]map[string]string{},
 				claims: map[string]bool{}, podIPs: map[string]string{}, replicas: map[string][]string{}}
+			r.overlay = name
 			r.run(overlays[name])
 		})
 	}
@@ -156,6 +158,7 @@ func (r *overlayRun) run(dir string) {
 	if t.Failed() {
 		t.FailNow()
 	}
+	r.createOperatorSecrets()
 	sort.Slice(deployments, func(i, j int) bool { return deployments[i].Name < deployments[j].Name })
 	sort.Slice(statefulSets, func(i, j int) bool { return statefulSets[i].Name < statefulSets[j].Name })
 
@@ -296,6 +299,56 @@ func containerPort(c corev1.Container, p intstr.IntOrString) (int32, bool) {
 		}
 	}
 	return 0, false
+}
+
+// createOperatorSecrets creates, in an overlay that leaves its Secrets to the operator
+// (outOfBandSecrets), each of operatorSecrets as the operator would before applying it:
+// random values, an API keys file with no entry yet (addAPIKey adds the test's).
+func (r *overlayRun) createOperatorSecrets() {
+	t := r.t
+	if !outOfBandSecrets[r.overlay] {
+		return
+	}
+	for name, keys := range operatorSecrets {
+		if _, ok := r.secrets[name]; ok {
+			t.Fatalf("%s renders Secret %s, which the operator creates", r.overlay, name)
+		}
+		data := map[string]string{}
+		for _, k := range keys {
+			switch k {
+			case apiKeysFile:
+				data[k] = "[]"
+			default:
+				data[k] = randomKey(t)
+			}
+		}
+		r.secrets[name] = data
+	}
+}
+
+// checkLLMKey: every request the agent sent the model carries the API key the
+// agent's environment gives it (from quarry-secrets), as a bearer token.
+func (r *overlayRun) checkLLMKey() {
+	t := r.t
+	tpl, ok := r.templates["quarry-agent"]
+	if !ok {
+		return
+	}
+	key := r.env("quarry-agent", tpl.Spec.Containers[0], r.images["agent"])["QUARRY_AGENT_LLM_API_KEY"]
+	reqs := r.llm.Requests()
+	if len(reqs) == 0 {
+		t.Error("the model got no request")
+	}
+	for _, req := range reqs {
+		want := ""
+		if key != "" {
+			want = "Bearer " + key
+		}
+		if req.Authorization != want {
+			t.Errorf("the agent called the model with Authorization %q, want %q (QUARRY_AGENT_LLM_API_KEY)", req.Authorization, want)
+			return
+		}
+	}
 }
 
 // addAPIKey adds the test's key to the gateway's keys, as an operator replaces the
@@ -745,6 +798,7 @@ func (r *overlayRun) query(templates map[string]*corev1.PodTemplateSpec) {
 	search := templates["quarry-search"]
 	wantDirect := r.env("quarry-search", search.Spec.Containers[0], r.images["search"])["QUARRY_SEARCH_ENGINE"] != "meilisearch"
 	askThrough(t, conn, redis, wantDirect, r.llm)
+	r.checkLLMKey()
 
 	// A caller that did not sample its trace: nothing of it may be exported.
 	caller.parent = newTraceparent(t, false)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -79,11 +80,12 @@ func TestOverlaysRenderToValidObjects(t *testing.T) {
 					t.Errorf("%s %s has no namespace", gvk.Kind, ns.(interface{ GetName() string }).GetName())
 				}
 			}
-			for _, want := range []string{"Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget", "StatefulSet", "ConfigMap", "Secret", "NetworkPolicy", "Namespace"} {
+			for _, want := range []string{"Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget", "StatefulSet", "ConfigMap", "NetworkPolicy", "Namespace"} {
 				if len(kinds[want]) == 0 {
 					t.Errorf("no %s rendered", want)
 				}
 			}
+			checkSecrets(t, name, objs)
 			checkDeployments(t, objs)
 			checkScaling(t, objs)
 			checkServices(t, objs)
@@ -129,6 +131,79 @@ func checkDeployments(t *testing.T, objs []runtime.Object) {
 	for _, name := range []string{"quarry-gateway", "quarry-search", "quarry-agent"} {
 		if !seen[name] {
 			t.Errorf("no Deployment %s", name)
+		}
+	}
+}
+
+// operatorSecrets are the Secrets the pods read that an overlay in outOfBandSecrets
+// leaves to the operator (sealed-secrets, external-secrets or `kubectl create secret`),
+// with the keys the pods read from them.
+var operatorSecrets = map[string][]string{
+	"quarry-secrets":  {"QUARRY_AGENT_LLM_API_KEY", "MEILI_MASTER_KEY"},
+	"quarry-api-keys": {"api-keys.json"},
+}
+
+// outOfBandSecrets are the overlays whose Secrets the operator creates: they must render
+// none, because `kubectl apply -k` would overwrite the operator's Secret with the base's
+// placeholders (an empty LLM key, a published Meilisearch master key, an API key entry
+// nobody holds) at every apply, and a sealed-secrets or external-secrets controller
+// refuses to take over a Secret kubectl created first.
+var outOfBandSecrets = map[string]bool{"prod": true}
+
+// checkSecrets: an overlay in outOfBandSecrets renders no Secret, and every Secret its
+// pods read is one the overlay renders, one of operatorSecrets there, or a
+// cert-manager certificate (quarry-<service>-tls).
+func checkSecrets(t *testing.T, overlay string, objs []runtime.Object) {
+	rendered := map[string]bool{}
+	for _, o := range objs {
+		if s, ok := o.(*corev1.Secret); ok {
+			rendered[s.Name] = true
+			if outOfBandSecrets[overlay] {
+				t.Errorf("%s renders Secret %s: `kubectl apply -k` would overwrite the one the operator created with the base's placeholders", overlay, s.Name)
+			}
+		}
+	}
+	known := func(name string) bool {
+		_, operator := operatorSecrets[name]
+		return rendered[name] || outOfBandSecrets[overlay] && operator || tlsSecretRE.MatchString(name)
+	}
+	for _, o := range objs {
+		var ps *corev1.PodSpec
+		var workload string
+		switch x := o.(type) {
+		case *appsv1.Deployment:
+			ps, workload = &x.Spec.Template.Spec, x.Name
+		case *appsv1.StatefulSet:
+			ps, workload = &x.Spec.Template.Spec, x.Name
+		default:
+			continue
+		}
+		var names []string
+		for _, v := range ps.Volumes {
+			if v.Secret != nil {
+				names = append(names, v.Secret.SecretName)
+			}
+		}
+		for _, c := range append(ps.InitContainers, ps.Containers...) {
+			for _, from := range c.EnvFrom {
+				if from.SecretRef != nil {
+					names = append(names, from.SecretRef.Name)
+				}
+			}
+			for _, e := range c.Env {
+				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+					ref := e.ValueFrom.SecretKeyRef
+					names = append(names, ref.Name)
+					if keys, ok := operatorSecrets[ref.Name]; ok && !rendered[ref.Name] && !slices.Contains(keys, ref.Key) {
+						t.Errorf("%s/%s: env %s reads key %s of Secret %s, which the operator's Secret does not hold (%v)", workload, c.Name, e.Name, ref.Key, ref.Name, keys)
+					}
+				}
+			}
+		}
+		for _, n := range names {
+			if !known(n) {
+				t.Errorf("%s: reads Secret %s, which %s neither renders nor leaves to the operator", workload, n, overlay)
+			}
 		}
 	}
 }
