@@ -141,7 +141,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 		return err
 	}
 
-	policy, err := auth.LoadPolicy(cfg.AuthKeys)
+	policy, err := auth.LoadPolicy(cfg.AuthKeys, log)
 	if err != nil {
 		return err
 	}

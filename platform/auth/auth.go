@@ -13,12 +13,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/quarry-router/quarry/platform/limit"
+	"github.com/quarry-router/quarry/platform/reload"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -53,10 +56,19 @@ type Key struct {
 
 // Policy decides who may do what. The zero Policy (no keys) is open.
 type Policy struct {
+	// keys are NewPolicy's; file's when the keys come from a file.
 	keys []parsedKey
+	// file holds the keys of the -auth-keys file, read again when it changes (keys are
+	// added and revoked by changing the file: a Kubernetes Secret's volume is updated in
+	// place within a minute or so), without a restart.
+	file *reload.Value[[]parsedKey]
 	// writeMethods are the full gRPC method names that need the Write right.
 	writeMethods map[string]bool
 }
+
+// reloadEvery is how often calls may look at the keys file for a change: a stat, at most
+// once a second per process, not one per call.
+var reloadEvery = time.Second
 
 type parsedKey struct {
 	Key
@@ -90,33 +102,73 @@ func Load(path string) ([]Key, error) {
 }
 
 // LoadPolicy is NewPolicy over the keys in the JSON file at path, the -auth-keys flag of
-// every service; an empty path gives the open policy.
-func LoadPolicy(path string, writeMethods ...string) (*Policy, error) {
-	var keys []Key
-	if path != "" {
-		var err error
-		if keys, err = Load(path); err != nil {
-			return nil, fmt.Errorf("-auth-keys: %w", err)
-		}
-		if len(keys) == 0 {
-			// No keys means open: a file emptied by mistake must not open the service.
-			return nil, fmt.Errorf("-auth-keys %s: no keys in it (leave the flag out to run without keys)", path)
-		}
+// every service; an empty path gives the open policy. The file is read again when it
+// changes (looked at once a second at most, as calls arrive): a file changed into one
+// that cannot be used (no keys, bad JSON, a bad entry) keeps the keys read before, and
+// says so on log (nil for slog's default).
+func LoadPolicy(path string, log *slog.Logger, writeMethods ...string) (*Policy, error) {
+	if path == "" {
+		return NewPolicy(nil, writeMethods...)
 	}
-	p, err := NewPolicy(keys, writeMethods...)
+	if log == nil {
+		log = slog.Default()
+	}
+	file, err := reload.New(func() ([]parsedKey, error) { return loadKeys(path) }, path)
+	if err != nil {
+		return nil, err
+	}
+	file.Every = reloadEvery
+	file.OnChange = func(err error) {
+		if err != nil {
+			log.Error("the changed API keys file cannot be used; the keys read before stay", "err", err)
+			return
+		}
+		log.Info("API keys file read again", "path", path)
+	}
+	p := newPolicy(writeMethods)
+	p.file = file
+	return p, nil
+}
+
+// loadKeys reads and checks the keys in the file at path.
+func loadKeys(path string) ([]parsedKey, error) {
+	keys, err := Load(path)
 	if err != nil {
 		return nil, fmt.Errorf("-auth-keys: %w", err)
 	}
-	return p, nil
+	if len(keys) == 0 {
+		// No keys means open: a file emptied by mistake must not open the service.
+		return nil, fmt.Errorf("-auth-keys %s: no keys in it (leave the flag out to run without keys)", path)
+	}
+	parsed, err := parseKeys(keys)
+	if err != nil {
+		return nil, fmt.Errorf("-auth-keys: %w", err)
+	}
+	return parsed, nil
 }
 
 // NewPolicy checks keys and returns the policy. writeMethods name the RPCs (full method
 // names, "/pkg.Service/Method", or "/pkg.Service/" for a whole service) that need Write.
 func NewPolicy(keys []Key, writeMethods ...string) (*Policy, error) {
+	parsed, err := parseKeys(keys)
+	if err != nil {
+		return nil, err
+	}
+	p := newPolicy(writeMethods)
+	p.keys = parsed
+	return p, nil
+}
+
+func newPolicy(writeMethods []string) *Policy {
 	p := &Policy{writeMethods: map[string]bool{}}
 	for _, m := range writeMethods {
 		p.writeMethods[m] = true
 	}
+	return p
+}
+
+func parseKeys(keys []Key) ([]parsedKey, error) {
+	out := make([]parsedKey, 0, len(keys))
 	for i, k := range keys {
 		h, err := hex.DecodeString(k.SHA256)
 		if err != nil || len(h) != sha256.Size {
@@ -125,13 +177,22 @@ func NewPolicy(keys []Key, writeMethods ...string) (*Policy, error) {
 		if len(k.KnowledgeBases) == 0 {
 			return nil, fmt.Errorf("auth key %d (%q): no knowledge_bases (use [\"*\"] for all)", i, k.Name)
 		}
-		p.keys = append(p.keys, parsedKey{Key: k, hash: h})
+		out = append(out, parsedKey{Key: k, hash: h})
 	}
-	return p, nil
+	return out, nil
+}
+
+// current returns the keys, first reading the keys file again if it changed and it is
+// time to look.
+func (p *Policy) current() []parsedKey {
+	if p.file != nil {
+		return p.file.Get()
+	}
+	return p.keys
 }
 
 // Open reports whether the policy lets anyone in (no keys configured).
-func (p *Policy) Open() bool { return len(p.keys) == 0 }
+func (p *Policy) Open() bool { return p.file == nil && len(p.current()) == 0 }
 
 // CheckListen refuses an open policy on anything but a loopback address: an embedded
 // Quarry may run without keys on a laptop, never on a network.
@@ -166,8 +227,9 @@ func (p *Policy) Authorize(ctx context.Context, method, kb string) (name string,
 }
 
 func (p *Policy) authorize(ctx context.Context, method, kb string) (*parsedKey, error) {
-	if p.Open() {
-		return nil, nil
+	keys := p.current()
+	if p.file == nil && len(keys) == 0 {
+		return nil, nil // open
 	}
 	key, ok := bearer(ctx)
 	if !ok {
@@ -176,9 +238,9 @@ func (p *Policy) authorize(ctx context.Context, method, kb string) (*parsedKey, 
 	sum := sha256.Sum256([]byte(key))
 	var match *parsedKey
 	// Compare against every key, in constant time, so timing tells nothing.
-	for i := range p.keys {
-		if subtle.ConstantTimeCompare(sum[:], p.keys[i].hash) == 1 {
-			match = &p.keys[i]
+	for i := range keys {
+		if subtle.ConstantTimeCompare(sum[:], keys[i].hash) == 1 {
+			match = &keys[i]
 		}
 	}
 	if match == nil {

@@ -20,7 +20,7 @@ const (
 	teamB  = "qk_team_b_9876543210"
 	writer = "qk_writer_5555555555"
 	query  = "/quarry.v1.QueryService/Query"
-	sync   = "/quarry.v1.KnowledgeService/UpsertFile"
+	upsert = "/quarry.v1.KnowledgeService/UpsertFile"
 )
 
 func policy(t *testing.T) *Policy {
@@ -54,8 +54,8 @@ func TestAuthorize(t *testing.T) {
 		{"an unknown knowledge base is denied like a forbidden one", teamA, query, "nosuchkb", ErrDenied},
 		{"no key is unauthenticated", "", query, "platform", ErrUnauthenticated},
 		{"an unknown key is unauthenticated", "qk_nope", query, "platform", ErrUnauthenticated},
-		{"a read key may not write", teamA, sync, "platform", ErrDenied},
-		{"a write key with * writes anywhere", writer, sync, "payments", nil},
+		{"a read key may not write", teamA, upsert, "platform", ErrDenied},
+		{"a write key with * writes anywhere", writer, upsert, "payments", nil},
 		{"a key with several knowledge bases reads each", teamB, query, "billing", nil},
 		{"a call naming no knowledge base needs only a key", teamB, "/quarry.v1.SearchService/ListKnowledgeBases", "", nil},
 	}

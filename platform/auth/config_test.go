@@ -20,11 +20,11 @@ func TestAnEmptyKeysFileIsRefused(t *testing.T) {
 		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if p, err := LoadPolicy(path); err == nil || !strings.Contains(err.Error(), "-auth-keys") {
+		if p, err := LoadPolicy(path, nil); err == nil || !strings.Contains(err.Error(), "-auth-keys") {
 			t.Errorf("LoadPolicy(a file holding %s) = open %v, %v; want an error naming -auth-keys", body, p != nil && p.Open(), err)
 		}
 	}
-	if p, err := LoadPolicy(""); err != nil || !p.Open() {
+	if p, err := LoadPolicy("", nil); err != nil || !p.Open() {
 		t.Errorf(`LoadPolicy("") = %v, %v; want the open policy`, p, err)
 	}
 }
@@ -64,7 +64,7 @@ func TestAKeysFileWithAnUnknownFieldIsRefused(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.body), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := LoadPolicy(path); err == nil || !strings.Contains(err.Error(), strconv.Quote(tc.field)) {
+			if _, err := LoadPolicy(path, nil); err == nil || !strings.Contains(err.Error(), strconv.Quote(tc.field)) {
 				t.Errorf("LoadPolicy = %v; want an error naming the field %q", err, tc.field)
 			}
 		})

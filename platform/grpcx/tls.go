@@ -10,11 +10,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"slices"
 	"strings"
-	"sync"
-	"time"
 
+	"github.com/quarry-router/quarry/platform/reload"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -66,7 +64,7 @@ func (c ServerTLSConfig) ServerOption() (grpc.ServerOption, error) {
 	}
 	cfg := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return pair.get(), nil },
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return pair.Get(), nil },
 	}
 	if c.ClientCAFile != "" {
 		cas, err := newCAPool("-tls-client-ca", c.ClientCAFile)
@@ -82,7 +80,7 @@ func (c ServerTLSConfig) ServerOption() (grpc.ServerOption, error) {
 		base := cfg.Clone()
 		cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			hc := base.Clone()
-			hc.ClientCAs = cas.get()
+			hc.ClientCAs = cas.Get()
 			return hc, nil
 		}
 	}
@@ -201,20 +199,20 @@ func (c ClientTLSConfig) DialOption() (grpc.DialOption, error) {
 	}
 	p := c.flagPrefix()
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
-	var roots *reloading[*x509.CertPool]
+	var roots *reload.Value[*x509.CertPool]
 	if c.CAFile != "" {
 		var err error
 		if roots, err = newCAPool(p+"tls-ca", c.CAFile); err != nil {
 			return nil, err
 		}
-		cfg.RootCAs = roots.get()
+		cfg.RootCAs = roots.Get()
 	}
 	if c.CertFile != "" || c.KeyFile != "" {
 		pair, err := newKeyPair(p+"tls-cert", c.CertFile, p+"tls-key", c.KeyFile)
 		if err != nil {
 			return nil, err
 		}
-		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return pair.get(), nil }
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return pair.Get(), nil }
 	}
 	if roots == nil {
 		return grpc.WithTransportCredentials(credentials.NewTLS(cfg)), nil
@@ -231,12 +229,12 @@ func (c ClientTLSConfig) DialOption() (grpc.DialOption, error) {
 type rootsTLS struct {
 	credentials.TransportCredentials
 	cfg   *tls.Config
-	roots *reloading[*x509.CertPool]
+	roots *reload.Value[*x509.CertPool]
 }
 
 func (r *rootsTLS) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	cfg := r.cfg.Clone()
-	cfg.RootCAs = r.roots.get()
+	cfg.RootCAs = r.roots.Get()
 	return credentials.NewTLS(cfg).ClientHandshake(ctx, authority, conn)
 }
 
@@ -252,72 +250,9 @@ func (r *rootsTLS) OverrideServerName(name string) error {
 	return nil
 }
 
-// reloading is a value read from files, read again when any file's modification time
-// or size changes: a certificate and its key, or a CA bundle. A value that fails to load
-// (a rotation caught half-written) leaves the previous one in use until the next
-// handshake tries again. Handshakes are per connection, not per call, so a stat per
-// file each is cheap.
-type reloading[T any] struct {
-	files []string
-	parse func() (T, error)
-
-	mu     sync.Mutex
-	val    T
-	stamps []fileStamp
-}
-
-type fileStamp struct {
-	mod  time.Time
-	size int64
-}
-
-func stamp(path string) fileStamp {
-	st, err := os.Stat(path)
-	if err != nil {
-		return fileStamp{}
-	}
-	return fileStamp{st.ModTime(), st.Size()}
-}
-
-func newReloading[T any](parse func() (T, error), files ...string) (*reloading[T], error) {
-	r := &reloading[T]{files: files, parse: parse}
-	if err := r.load(); err != nil {
-		return nil, err
-	}
-	return r, nil
-}
-
-func (r *reloading[T]) load() error {
-	st := r.stamp()
-	v, err := r.parse()
-	if err != nil {
-		return err
-	}
-	r.val, r.stamps = v, st
-	return nil
-}
-
-func (r *reloading[T]) stamp() []fileStamp {
-	st := make([]fileStamp, len(r.files))
-	for i, f := range r.files {
-		st[i] = stamp(f)
-	}
-	return st
-}
-
-// get returns the current value, first reloading it if a file changed.
-func (r *reloading[T]) get() T {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !slices.Equal(r.stamp(), r.stamps) {
-		_ = r.load() // on failure keep the previous value
-	}
-	return r.val
-}
-
 // newKeyPair reads a certificate and its key, again when either file changes.
-func newKeyPair(certFlag, certFile, keyFlag, keyFile string) (*reloading[*tls.Certificate], error) {
-	return newReloading(func() (*tls.Certificate, error) {
+func newKeyPair(certFlag, certFile, keyFlag, keyFile string) (*reload.Value[*tls.Certificate], error) {
+	return reload.New(func() (*tls.Certificate, error) {
 		certPEM, err := os.ReadFile(certFile)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", certFlag, err)
@@ -335,8 +270,8 @@ func newKeyPair(certFlag, certFile, keyFlag, keyFile string) (*reloading[*tls.Ce
 }
 
 // newCAPool reads a PEM CA bundle, again when the file changes.
-func newCAPool(flagName, file string) (*reloading[*x509.CertPool], error) {
-	return newReloading(func() (*x509.CertPool, error) { return loadPool(flagName, file) }, file)
+func newCAPool(flagName, file string) (*reload.Value[*x509.CertPool], error) {
+	return reload.New(func() (*x509.CertPool, error) { return loadPool(flagName, file) }, file)
 }
 
 func loadPool(flagName, path string) (*x509.CertPool, error) {

@@ -98,7 +98,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		return err
 	}
 
-	policy, err := auth.LoadPolicy(cfg.AuthKeys)
+	policy, err := auth.LoadPolicy(cfg.AuthKeys, log)
 	if err != nil {
 		return err
 	}

@@ -180,7 +180,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	defer lis.Close() // Serve closes it too; this covers a start that fails first
-	policy, err := loadPolicy(cfg.AuthKeys)
+	policy, err := loadPolicy(cfg.AuthKeys, log)
 	if err != nil {
 		return err
 	}
@@ -246,8 +246,8 @@ func (c *Config) knowledgeBases() (map[string]string, error) {
 }
 
 // loadPolicy reads the API keys; the KnowledgeService needs the write right.
-func loadPolicy(path string) (*auth.Policy, error) {
-	return auth.LoadPolicy(path, "/"+quarryv1.KnowledgeService_ServiceDesc.ServiceName+"/")
+func loadPolicy(path string, log *slog.Logger) (*auth.Policy, error) {
+	return auth.LoadPolicy(path, log, "/"+quarryv1.KnowledgeService_ServiceDesc.ServiceName+"/")
 }
 
 func sortedKeys(m map[string]string) []string {
