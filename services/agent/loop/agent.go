@@ -140,6 +140,10 @@ type run struct {
 	text    strings.Builder // everything sent through onDelta: the answer
 	docs    []*quarryv1.Document
 	sources []*quarryv1.Source
+	// unread are the paths of pre-fetched documents shrink took out of the prompt and
+	// the model has not read since: not sources of what it writes (the extractive
+	// fallback still quotes them).
+	unread map[string]bool
 
 	degraded bool
 	reason   string
@@ -416,17 +420,18 @@ func (r *run) finish(ctx context.Context, resp *ChatResponse, why string) error 
 			return err
 		}
 	}
-	if len(r.docs) > 0 {
-		paths := make([]string, len(r.docs))
-		for i, d := range r.docs {
-			paths[i] = "`" + d.GetPath() + "`"
+	var paths []string
+	for _, d := range r.docs {
+		if r.unread[d.GetPath()] {
+			continue
 		}
+		paths = append(paths, "`"+d.GetPath()+"`")
+		r.sources = append(r.sources, r.source(d))
+	}
+	if len(paths) > 0 {
 		if err := r.emit("\n\n---\nSources: " + strings.Join(paths, ", ") + "\n"); err != nil {
 			return err
 		}
-	}
-	for _, d := range r.docs {
-		r.sources = append(r.sources, r.source(d))
 	}
 	return nil
 }
@@ -482,6 +487,7 @@ func (r *run) emit(d string) error {
 
 // gather records a document the model has read, once.
 func (r *run) gather(d *quarryv1.Document) {
+	delete(r.unread, d.GetPath())
 	for _, have := range r.docs {
 		if have.GetPath() == d.GetPath() {
 			return

@@ -57,6 +57,12 @@ func (r *run) shrink(ctx context.Context) bool {
 		dropped = r.docsInPrompt - 1
 		before := utf8.RuneCountInString(r.msgs[1].Content)
 		r.docsInPrompt = 1
+		r.unread = map[string]bool{}
+		for _, d := range r.req.GetPrefetched()[1:] {
+			if d.GetPath() != r.req.GetPrefetched()[0].GetPath() {
+				r.unread[d.GetPath()] = true
+			}
+		}
 		r.msgs[1].Content = r.a.prompt(r.spec, r.req, r.manifest, r.docsInPrompt)[1].Content
 		chars = before - utf8.RuneCountInString(r.msgs[1].Content)
 	default:

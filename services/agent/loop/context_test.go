@@ -8,6 +8,7 @@ package loop_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -228,6 +229,18 @@ func TestT3DropsPrefetchedDocumentsThatDoNotFit(t *testing.T) {
 	}
 	if reqs[1].Messages[0].Text() != reqs[0].Messages[0].Text() {
 		t.Error("the system prompt changed")
+	}
+	// The answer was written from a.md alone: the documents dropped from the prompt are
+	// not its sources.
+	var paths []string
+	for _, src := range ans.GetSources() {
+		paths = append(paths, src.GetPath())
+	}
+	if !slices.Equal(paths, []string{"a.md"}) {
+		t.Errorf("sources %q, want only the document the model was given, a.md", paths)
+	}
+	if line := ans.GetAnswer()[strings.LastIndex(ans.GetAnswer(), "Sources:"):]; strings.Contains(line, "b.md") || !strings.Contains(line, "a.md") {
+		t.Errorf("the answer's sources line is %q, want a.md alone", line)
 	}
 }
 
