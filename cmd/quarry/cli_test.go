@@ -82,6 +82,21 @@ func TestCommandLineMistakes(t *testing.T) {
 		// bench: a blank line was "unexpected end of JSON input", and no line was named.
 		{"bench questions with a bad line", []string{"bench", "-addr", refused, "-questions", blankThenBad}, 1, "bench.jsonl:3: invalid character"},
 		{"bench questions without a query", []string{"bench", "-addr", refused, "-questions", pairsOnly}, 1, "no questions"},
+		// A -timeout that leaves no time failed as DEADLINE_EXCEEDED, exit 1, after dialing.
+		{"query with a zero -timeout", []string{"query", "-addr", refused, "-timeout", "0", "a question"}, 2, "-timeout 0s: the deadline must be positive"},
+		{"sync with a negative -timeout", []string{"sync", dir, "-kb", "k", "-addr", refused, "-timeout", "-1s"}, 2, "-timeout -1s: the deadline must be positive"},
+		// What gRPC cannot send was "Internal: grpc: error while marshaling: string field
+		// contains invalid UTF-8", exit 1, as if the gateway had failed.
+		{"query of a non-UTF-8 question", []string{"query", "-addr", refused, "caf\xe9 menu"}, 2, "the question is not valid UTF-8"},
+		{"query of a non-UTF-8 -kb", []string{"query", "-addr", refused, "-kb", "caf\xe9", "menu"}, 2, `-kb "caf\xe9" is not valid UTF-8`},
+		// An -addr without a port dialled port 443; one with a letter in the port failed
+		// as UNAVAILABLE.
+		{"query of an address without a port", []string{"query", "-addr", "127.0.0.1", "a question"}, 2, `-addr "127.0.0.1" is not HOST:PORT`},
+		{"query of a port with a letter", []string{"query", "-addr", "127.0.0.1:77OO", "a question"}, 2, `-addr "127.0.0.1:77OO" is not HOST:PORT`},
+		// TLS and key flags that cannot work together exited 1, as a failed call does.
+		{"query with -tls-cert alone", []string{"query", "-addr", refused, "-tls-cert", file, "a question"}, 2, "-tls-cert and -tls-key go together"},
+		{"query with a key in plaintext off the host", []string{"query", "-addr", "192.0.2.1:7700", "-api-key", "qk_x", "a question"}, 2, "the key would cross the network in plaintext"},
+		{"query with a key gRPC cannot send", []string{"query", "-addr", refused, "-api-key", "qk_\xe9", "a question"}, 2, "the key is not shown"},
 		// sync: a file over one message's size was read, sent and failed the whole sync
 		// with "trying to send message larger than max"; now refused before dialing.
 		{"sync of a file too large to send", []string{"sync", bigTree, "-kb", "big", "-addr", refused}, 1, "ops/changelog.md (5400012 bytes)"},
@@ -331,5 +346,41 @@ func TestExplainShowsContextTrims(t *testing.T) {
 		if got, want := strings.Contains(b.String(), "context_trims="), n > 0; got != want || n > 0 && !strings.Contains(b.String(), "context_trims=2\n") {
 			t.Errorf("explain with %d trims printed %q", n, b.String())
 		}
+	}
+}
+
+// TestQueryTrimsTheAPIKey: a key read from a file (an env file, a mounted Secret) ends
+// in a line break, which gRPC refused to send: "quarry query: Internal: header key
+// "authorization" contains value with non-printable ASCII characters", exit 1, as if
+// the gateway had failed. The example clients trim it; so does the CLI now.
+func TestQueryTrimsTheAPIKey(t *testing.T) {
+	addr := startScripted(t, &scriptedQueryService{deltas: []string{"Rotate it."}})
+	t.Setenv("QUARRY_API_KEY", testAPIKey+"\n")
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"query", "-addr", addr, "How do I rotate the JWT signing key?"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d, want 0: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "DIRECT") {
+		t.Errorf("stdout does not name the tier:\n%s", out.String())
+	}
+}
+
+// TestInterruptedCommandExits130: Ctrl-C during "quarry query" (a T3/T4 answer on its
+// way) printed "quarry query: Canceled: context canceled" and exited 1, as a failed call
+// does. An interrupted command says so and exits 130, as the example clients do.
+func TestInterruptedCommandExits130(t *testing.T) {
+	svc := &scriptedQueryService{}
+	addr := startScripted(t, svc)
+	t.Setenv("QUARRY_API_KEY", testAPIKey)
+	ctx, cancel := context.WithCancel(context.Background())
+	q := hangPrefix + "what should I check before a deploy?"
+	go func() {
+		<-svc.hanging(q)
+		cancel() // as the first SIGINT does (daemon.SignalContext)
+	}()
+	var out, errOut bytes.Buffer
+	code := run(ctx, []string{"query", "-addr", addr, q}, &out, &errOut)
+	if code != 130 || errOut.String() != "quarry query: interrupted\n" {
+		t.Errorf("exit %d, stderr %q; want 130 and \"quarry query: interrupted\"", code, errOut.String())
 	}
 }

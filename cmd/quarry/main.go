@@ -89,6 +89,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "quarry %s: %v\n", args[0], err)
 		return 2
+	case errors.Is(ctx.Err(), context.Canceled):
+		// Ctrl-C (or SIGTERM) stopped the work: "quarry query: Canceled: context
+		// canceled", exit 1, read as a failure of the call. 130 is a shell's status for
+		// an interrupted command, and what the example clients exit with.
+		fmt.Fprintf(stderr, "quarry %s: interrupted\n", args[0])
+		return 130
 	default:
 		fmt.Fprintf(stderr, "quarry %s: %v\n", args[0], err)
 		return 1

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"google.golang.org/grpc/status"
@@ -29,6 +30,15 @@ func query(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() == 0 {
 		return usagef(`a question is required: quarry query [-kb K] "question"`)
 	}
+	question := strings.Join(fs.Args(), " ")
+	if err := checkCallFlags(*timeout, *kbID); err != nil {
+		return err
+	}
+	if !utf8.ValidString(question) {
+		// gRPC cannot send it: "Internal: grpc: error while marshaling: string field
+		// contains invalid UTF-8", as if the gateway had failed.
+		return usagef("the question is not valid UTF-8 (is the terminal set to another encoding?)")
+	}
 	conn, err := srv.dial()
 	if err != nil {
 		return err
@@ -37,7 +47,7 @@ func query(ctx context.Context, args []string, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 
-	req := &quarryv1.QueryRequest{KnowledgeBase: *kbID, Query: strings.Join(fs.Args(), " "), Explain: *explain}
+	req := &quarryv1.QueryRequest{KnowledgeBase: *kbID, Query: question, Explain: *explain}
 	c := quarryv1.NewQueryServiceClient(conn)
 	start := time.Now()
 	var resp *quarryv1.QueryResponse
@@ -63,6 +73,18 @@ func query(ctx context.Context, args []string, stdout io.Writer) error {
 		fmt.Fprintln(stdout)
 	}
 	printResponse(stdout, resp, time.Since(start), streamed == "" || streamed != resp.GetAnswer())
+	return nil
+}
+
+// checkCallFlags refuses a -timeout that leaves no time for the call (it failed as
+// DEADLINE_EXCEEDED after dialing) and a -kb that gRPC cannot send.
+func checkCallFlags(timeout time.Duration, kb string) error {
+	if timeout <= 0 {
+		return usagef("-timeout %v: the deadline must be positive", timeout)
+	}
+	if !utf8.ValidString(kb) {
+		return usagef("-kb %q is not valid UTF-8", kb)
+	}
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/kbpath"
 	"github.com/schollz/progressbar/v3"
 	"google.golang.org/grpc/status"
 )
@@ -41,6 +42,9 @@ func syncCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if fs.NArg() != 1 || *kbID == "" {
 		return usagef("usage: quarry sync DIR -kb K")
+	}
+	if err := checkCallFlags(*timeout, *kbID); err != nil {
+		return err
 	}
 	dir := fs.Arg(0)
 	if fi, err := os.Stat(dir); err != nil {
@@ -140,8 +144,10 @@ func maxUploadBytes(path string) int64 {
 	return int64(grpcx.MaxMessageBytes - overhead - len(path))
 }
 
-// collect lists the markdown files under dir as slash paths; links and hidden entries
-// are left out (the service would refuse them anyway).
+// collect lists the markdown files under dir as slash paths; links, hidden entries,
+// files that are not regular (a named pipe) and names no knowledge base path may hold
+// (not UTF-8, a control character, a backslash) are left out, as the search service's
+// loader leaves them out of a folder it serves.
 func collect(dir string) (files, skipped []string, err error) {
 	// The folder named may itself be a link (~/notes to a synced drive): WalkDir does not
 	// follow the link it starts from and listed nothing, so the folder was refused as
@@ -169,9 +175,29 @@ func collect(dir string) (files, skipped []string, err error) {
 			skipped = append(skipped, rel+" (symbolic link)")
 			return nil
 		}
-		if !d.IsDir() && strings.HasSuffix(d.Name(), ".md") {
-			files = append(files, filepath.ToSlash(rel))
+		if !d.IsDir() && !strings.HasSuffix(d.Name(), ".md") {
+			return nil
 		}
+		// A name no knowledge base path may hold, as the service's own loader skips it:
+		// one that is not UTF-8 could not even be sent (the whole sync failed with
+		// "Internal: grpc: error while marshaling: string field contains invalid UTF-8",
+		// naming no file).
+		if _, err := kbpath.Clean(filepath.ToSlash(rel)); err != nil {
+			skipped = append(skipped, fmt.Sprintf("%q (%v)", rel, err))
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() {
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			// A named pipe read blocked the sync for good, Ctrl-C included.
+			skipped = append(skipped, rel+" (not a regular file)")
+			return nil
+		}
+		files = append(files, filepath.ToSlash(rel))
 		return nil
 	})
 	return files, skipped, err

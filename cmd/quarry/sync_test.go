@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -210,5 +211,55 @@ func TestCollectFollowsTheFolderItIsGiven(t *testing.T) {
 	}
 	if len(skipped) != 1 || !strings.HasPrefix(skipped[0], "c.md") {
 		t.Errorf("skipped = %q, want the link c.md inside the folder", skipped)
+	}
+}
+
+// TestSyncSkipsWhatNoKnowledgeBaseHolds: a folder may hold what the search service's
+// loader leaves out of a tree it serves. A file whose name is not UTF-8 failed the whole
+// sync, after uploading, with "Internal: grpc: error while marshaling: string field
+// contains invalid UTF-8" and no file named; a named pipe called *.md blocked the sync
+// for good, its first Ctrl-C included. Both are now skipped, named on stderr, and the
+// rest is synced.
+func TestSyncSkipsWhatNoKnowledgeBaseHolds(t *testing.T) {
+	root := t.TempDir()
+	mustWrite(t, filepath.Join(root, "seed", "note.md"), "# Seed\nA placeholder.\n")
+	sys, _, _ := startSystem(t, root)
+
+	src := t.TempDir()
+	mustWrite(t, filepath.Join(src, "ops", "alpha.md"), "# Alpha\nAlpha text about frobnicators.\n")
+	mustWrite(t, filepath.Join(src, "ops", "b\xffeta.md"), "# Beta\nA Latin-1 name.\n")
+	mustWrite(t, filepath.Join(src, "caf\xe9", "gamma.md"), "# Gamma\nIn a folder with a Latin-1 name.\n")
+	mustWrite(t, filepath.Join(src, "ops", "tab\there.md"), "# Tab\nA control character in the name.\n")
+	fifo := filepath.Join(src, "ops", "pipe.md")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	var out, errOut bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(context.Background(), []string{"sync", src, "-kb", "odd", "-addr", sys.Search.String()}, &out, &errOut)
+	}()
+	var code int
+	select {
+	case code = <-done:
+	case <-time.After(20 * time.Second):
+		t.Error("quarry sync still running after 20 s: blocked reading the named pipe")
+		if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil { // unblock the reader
+			f.Close()
+		}
+		code = <-done
+	}
+	if code != 0 {
+		t.Fatalf("quarry sync exited %d, want 0\nstdout: %s\nstderr: %s", code, out.String(), errOut.String())
+	}
+	if !strings.Contains(out.String(), "synced 1 files") || !strings.Contains(out.String(), "0 rejected") {
+		t.Errorf("summary %q, want the one ordinary file synced", out.String())
+	}
+	for _, want := range []string{`"ops/b\xffeta.md" (invalid path: not valid UTF-8)`, `"caf\xe9" (invalid path: not valid UTF-8)`,
+		"ops/pipe.md (not a regular file)", `"ops/tab\there.md" (invalid path`} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr does not say %s:\n%s", want, errOut.String())
+		}
 	}
 }
