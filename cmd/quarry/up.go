@@ -23,6 +23,8 @@ import (
 	"github.com/quarry-router/quarry/services/agent/llm"
 	searchapp "github.com/quarry-router/quarry/services/search/app"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // upConfig says where the all-in-one run listens and what it serves.
@@ -164,7 +166,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer os.RemoveAll(tmp)
-		if err := os.CopyFS(tmp, os.DirFS(cfg.KBRoot)); err != nil {
+		if err := copyKBRoot(tmp, cfg.KBRoot); err != nil {
 			return fmt.Errorf("copy %s to serve it (pass -in-place to serve it as it is): %w", cfg.KBRoot, err)
 		}
 		fmt.Fprintf(stdout, "Serving a copy of %s in %s (-in-place serves and writes the folder itself)\n", cfg.KBRoot, tmp)
@@ -200,7 +202,12 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				<-sys.done
 				return nil
 			}
-			return err
+			// A gateway given API keys (QUARRY_GATEWAY_AUTH_KEYS) refused the demo's
+			// keyless question, and UNAUTHENTICATED stopped the system just started.
+			if c := status.Code(err); c != codes.Unauthenticated && c != codes.PermissionDenied {
+				return err
+			}
+			fmt.Fprintf(stdout, "(no demo: the gateway wants an API key that may query %q: set QUARRY_API_KEY to one, or -demo=false)\n\n", demoKB)
 		}
 	}
 	fmt.Fprintln(stdout, "Serving; press Ctrl-C to stop.")
@@ -209,6 +216,32 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	return err
+}
+
+// copyKBRoot copies the folder of knowledge bases to dst for "up" to serve. A knowledge
+// base that is a link to a folder (git-sync publishes each checkout so) is served by the
+// search service; os.CopyFS copied the link itself, so a relative one pointed nowhere
+// from the copy ("no knowledge base found under -kb-root /tmp/quarry-up-…") and an
+// absolute one let the write side change the original. Its folder is copied instead.
+func copyKBRoot(dst, src string) error {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		from, to := filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())
+		if e.Type()&os.ModeSymlink != 0 {
+			if fi, err := os.Stat(from); err != nil || !fi.IsDir() {
+				continue // the search service serves only folders
+			}
+		} else if !e.IsDir() {
+			continue
+		}
+		if err := os.CopyFS(to, os.DirFS(from)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // llmArgs passes the LLM flags given to "quarry up" on to the agent. Flags left
@@ -258,7 +291,9 @@ var demoQuestions = []demoQuestion{
 }
 
 func demo(ctx context.Context, addr string, w io.Writer) error {
-	conn, err := grpcx.Dial(addr)
+	// The key the query command would present, for a gateway that wants one; the
+	// gateway is on this machine, where plaintext may carry it.
+	conn, err := grpcx.Dial(addr, grpcx.WithBearer(strings.Trim(os.Getenv("QUARRY_API_KEY"), " \t\r\n")))
 	if err != nil {
 		return err
 	}

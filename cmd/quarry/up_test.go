@@ -3,16 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/auth"
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
 	"google.golang.org/grpc"
@@ -81,4 +84,74 @@ func TestQuarryCommand(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, flag.Args(), os.Stdout, os.Stderr))
+}
+
+// TestUpServesKnowledgeBasesThatAreLinks: the search service serves a knowledge base
+// that is a link to a folder (git-sync publishes each checkout so), but "up" copied
+// -kb-root with os.CopyFS, which copies the link itself: a relative link pointed nowhere
+// from the temporary copy and up exited 1 with "no knowledge base found under -kb-root
+// /tmp/quarry-up-…"; an absolute one let the write side change the original folder.
+func TestUpServesKnowledgeBasesThatAreLinks(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.CopyFS(filepath.Join(dir, "checkouts", "platform"), os.DirFS("../../examples/kb/platform")); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(dir, "checkouts", "team", "rotate.md"), "# Rotating the frobnicator\nRotate the frobnicator weekly.\n")
+	root := filepath.Join(dir, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("..", "checkouts", "platform"), filepath.Join(root, "platform")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "checkouts", "team"), filepath.Join(root, "team")); err != nil {
+		t.Fatal(err)
+	}
+
+	copied := t.TempDir()
+	if err := copyKBRoot(copied, root); err != nil {
+		t.Fatal(err)
+	}
+	for _, kb := range []string{"platform", "team"} {
+		if fi, err := os.Lstat(filepath.Join(copied, kb)); err != nil || !fi.IsDir() {
+			t.Errorf("the copy's %s is not a folder (%v, %v): the copy serves or writes the original", kb, fi, err)
+		}
+	}
+
+	code, out := runUntil(t, []string{"up", "-kb-root", root, "-listen", "127.0.0.1:0", "-search-listen", "127.0.0.1:0", "-agent-listen", "127.0.0.1:0"}, "Serving; press Ctrl-C")
+	if code != 0 || !strings.Contains(out, "EXACT_CACHE") {
+		t.Errorf("quarry up -kb-root with linked knowledge bases: exit %d, want the demo and 0:\n%s", code, out)
+	}
+}
+
+// TestUpDemoWithAPIKeys: every flag of the gateway is also QUARRY_GATEWAY_<FLAG>, which
+// "up" passes on, so QUARRY_GATEWAY_AUTH_KEYS makes its gateway want a key. The demo
+// asked without one and UNAUTHENTICATED stopped the system just started (exit 1). It
+// now presents $QUARRY_API_KEY, as "quarry query" does, and without a key it skips the
+// demo and serves.
+func TestUpDemoWithAPIKeys(t *testing.T) {
+	key := keyPrefix + "demo-test-key"
+	keys := filepath.Join(t.TempDir(), "keys.json")
+	b, err := json.Marshal([]auth.Key{{Name: "demo", SHA256: auth.HashKey(key), KnowledgeBases: []string{"*"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, keys, string(b))
+	t.Setenv("QUARRY_GATEWAY_AUTH_KEYS", keys)
+	args := []string{"up", "-kb-root", "../../examples/kb", "-listen", "127.0.0.1:0", "-search-listen", "127.0.0.1:0", "-agent-listen", "127.0.0.1:0"}
+
+	t.Run("without a key", func(t *testing.T) {
+		t.Setenv("QUARRY_API_KEY", "")
+		code, out := runUntil(t, args, "Serving; press Ctrl-C")
+		if code != 0 || !strings.Contains(out, "no demo: the gateway wants an API key") {
+			t.Errorf("exit %d, want the demo skipped and 0:\n%s", code, out)
+		}
+	})
+	t.Run("with QUARRY_API_KEY", func(t *testing.T) {
+		t.Setenv("QUARRY_API_KEY", key)
+		code, out := runUntil(t, args, "Serving; press Ctrl-C")
+		if code != 0 || !strings.Contains(out, "EXACT_CACHE") {
+			t.Errorf("exit %d, want the demo and 0:\n%s", code, out)
+		}
+	})
 }
