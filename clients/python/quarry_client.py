@@ -42,6 +42,11 @@ HINTS = {
 }
 
 
+# The longest --timeout: a day is more than any answer takes, and a deadline far past it
+# overflowed into one already expired.
+MAX_TIMEOUT_SECONDS = 86400
+
+
 class IncompleteStream(Exception):
     """QueryStream ended cleanly but without the final event the API promises."""
 
@@ -154,10 +159,11 @@ def main(argv=None):
     p.add_argument("--tls", action="store_true",
                    help="connect with TLS, trusting grpcio's bundled public CAs, not the system's store "
                         "(a private CA: GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=ca.pem, which replaces them)")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds per question (default 10)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per question, at most 86400 (default 10)")
     args = p.parse_args(argv)
-    if not args.timeout > 0:
-        p.error("--timeout must be a positive number of seconds")
+    # Also a bound: gRPC turned "inf" or 1e300 seconds into a deadline already past.
+    if not 0 < args.timeout <= MAX_TIMEOUT_SECONDS:
+        p.error(f"--timeout must be a positive number of seconds, at most {MAX_TIMEOUT_SECONDS} (a day)")
     if not valid_addr(args.addr):
         p.error(f"--addr {args.addr!r} is not HOST:PORT")
     # A key read from a file may end in a line break. Anything else outside printable

@@ -532,9 +532,13 @@ func TestExampleClientsSpeakTLS(t *testing.T) {
 	})
 }
 
+// TestExampleClientsRefuseANonPositiveTimeout: a --timeout that is not positive, or so
+// long it cannot be a deadline, is a usage error (exit 2 naming --timeout). Before,
+// Python took "inf" and Node "Infinity" or 1e10 seconds (over its timers' 24.8 days) and
+// each failed at once with DEADLINE_EXCEEDED.
 func TestExampleClientsRefuseANonPositiveTimeout(t *testing.T) {
 	forEachClient(t, func(t *testing.T, c exampleClient) {
-		for _, timeout := range []string{"0", "-1"} {
+		for _, timeout := range []string{"0", "-1", "nan", "inf", "Infinity", "1e10"} {
 			r := c.run(t, nil, "--addr", closedAddr(t), "--kb", "platform", "--timeout="+timeout, "how do I rotate keys?")
 			if r.exit != 2 || !strings.Contains(r.stderr, "--timeout") {
 				t.Errorf("--timeout %s: exit %d stderr %q, want 2 naming --timeout", timeout, r.exit, r.stderr)

@@ -29,7 +29,7 @@ const usage = `usage: quarry_client --kb KB [--addr HOST:PORT] [--explain] [--st
   --api-key   sent as "authorization: Bearer KEY" (default $QUARRY_API_KEY)
   --tls       connect with TLS, trusting Node's bundled public CAs, not the system's store
               (a private CA: NODE_EXTRA_CA_CERTS=ca.pem)
-  --timeout   seconds per question (default 10)`;
+  --timeout   seconds per question, at most 86400 (default 10)`;
 
 // What a caller can do about each status the QueryService documents, beyond the
 // server's own message.
@@ -42,6 +42,9 @@ const hints: Partial<Record<Code, string>> = {
   [Code.PermissionDenied]: "the API key may not query this knowledge base",
   [Code.ResourceExhausted]: "over the limit of calls in flight or per second for this caller; retry after the time the message gives",
 };
+
+// The longest --timeout: a day is more than any answer takes.
+const maxTimeoutSeconds = 86400;
 
 interface Options {
   kb: string;
@@ -74,8 +77,13 @@ function parse(argv: string[]): Options {
     process.exit(0);
   }
   const timeoutSeconds = Number(values.timeout);
-  if (!values.kb || positionals.length === 0 || !(timeoutSeconds > 0)) {
-    throw new Error("--kb and at least one QUESTION are required; --timeout must be a positive number");
+  if (!values.kb || positionals.length === 0) {
+    throw new Error("--kb and at least one QUESTION are required");
+  }
+  // Also a bound: Node's timers hold at most 2^31-1 ms (24.8 days) and fire a longer
+  // one (or "Infinity") after 1 ms, a DEADLINE_EXCEEDED before any answer.
+  if (!(timeoutSeconds > 0 && timeoutSeconds <= maxTimeoutSeconds)) {
+    throw new Error(`--timeout must be a positive number of seconds, at most ${maxTimeoutSeconds} (a day)`);
   }
   if (!validAddr(values.addr!)) throw new Error(`--addr "${values.addr}" is not HOST:PORT`);
   // A key read from a file may end in a line break. Anything else outside printable
