@@ -122,6 +122,9 @@ func (w *Watcher) Updated() <-chan struct{} {
 	return w.changed
 }
 
+// Ready returns a channel that is closed once the first state has arrived.
+func (w *Watcher) Ready() <-chan struct{} { return w.ready }
+
 // WaitReady blocks until the first state has arrived or ctx ends.
 func (w *Watcher) WaitReady(ctx context.Context) error {
 	select {

@@ -293,6 +293,10 @@ type Combined struct {
 	Shared *Shared
 }
 
+// Ready implements route.Generations: the search service's view alone says which
+// knowledge bases exist.
+func (c Combined) Ready() <-chan struct{} { return c.Local.Ready() }
+
 // State implements route.Generations: the search service's state, or the shared
 // view's when its generation is greater. The shared view may hold another search
 // replica's generation of the very content this gateway's own search holds (replicas

@@ -41,7 +41,10 @@ type Agent interface {
 // Generations tells the router each knowledge base's current generation. ok is false
 // for an unknown knowledge base; err is set while the generations are not known yet.
 type Generations interface {
+	// State is a knowledge base's state; generations.ErrNotReady before the first.
 	State(kb string) (st generations.State, ok bool, err error)
+	// Ready is closed once the first state has arrived.
+	Ready() <-chan struct{}
 }
 
 // Router answers queries from the fastest tier that can.
@@ -134,6 +137,19 @@ func (r *Router) Query(ctx context.Context, req *quarryv1.QueryRequest, onDelta 
 	c.stage("normalise", "")
 
 	st, ok, err := r.gens.State(c.kb)
+	if errors.Is(err, generations.ErrNotReady) {
+		// A gateway just started (its health still NOT_SERVING, but a client need not
+		// ask) answers once it knows the generations, within -resolve-timeout, rather
+		// than UNAVAILABLE to a query a few milliseconds early.
+		t := time.NewTimer(r.cfg.ResolveTimeout)
+		select {
+		case <-r.gens.Ready():
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		st, ok, err = r.gens.State(c.kb)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: generation of %q: %w", ErrUnavailable, c.kb, err)
 	}

@@ -36,6 +36,18 @@ type fakeGens struct {
 	gens     map[string]uint64
 	versions map[string]uint64
 	err      error
+	ready    chan struct{} // nil: ready from the start
+}
+
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (f *fakeGens) Ready() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ready == nil {
+		return closed
+	}
+	return f.ready
 }
 
 func (f *fakeGens) State(kb string) (generations.State, bool, error) {
@@ -305,6 +317,33 @@ func TestGenerationsUnavailable(t *testing.T) {
 	_, err := h.router.Query(context.Background(), &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "rotate keys"}, nil)
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Query with unknown generations: %v, want ErrUnavailable", err)
+	}
+}
+
+// A query that reaches a gateway before it has learnt the knowledge bases' generations
+// from the search service (just started, or its connection still being set up) waits
+// for them, within -resolve-timeout, rather than failing UNAVAILABLE a few milliseconds
+// early.
+func TestAQueryBeforeTheFirstGenerationsWaitsForThem(t *testing.T) {
+	h := newHarness(t, nil)
+	h.gens.err, h.gens.ready = generations.ErrNotReady, make(chan struct{})
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		h.gens.mu.Lock()
+		h.gens.err = nil
+		close(h.gens.ready)
+		h.gens.mu.Unlock()
+	}()
+	wantTier(t, h.query("rotate signing keys"), quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, false)
+
+	cfg := DefaultConfig()
+	cfg.ResolveTimeout = 50 * time.Millisecond
+	h = newHarnessWith(t, nil, cfg)
+	h.gens.err, h.gens.ready = generations.ErrNotReady, make(chan struct{})
+	began := time.Now()
+	_, err := h.router.Query(context.Background(), &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "rotate keys"}, nil)
+	if !errors.Is(err, ErrUnavailable) || time.Since(began) < cfg.ResolveTimeout {
+		t.Fatalf("Query with generations never ready: %v after %v, want ErrUnavailable after -resolve-timeout (%v)", err, time.Since(began), cfg.ResolveTimeout)
 	}
 }
 

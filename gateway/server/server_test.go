@@ -68,6 +68,12 @@ func (fakeGens) State(kb string) (generations.State, bool, error) {
 	return generations.State{Generation: 1}, kb == "kb", nil
 }
 
+func (fakeGens) Ready() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
 func start(t *testing.T) quarryv1.QueryServiceClient {
 	return quarryv1.NewQueryServiceClient(startConn(t))
 }
