@@ -57,7 +57,7 @@ type Config struct {
 	// below this (0.85), a query term that no top result contains means out of domain.
 	OODAllTermsMax float64
 	// OODTermMinLen is the shortest query word (characters) that rule and unfamiliar_words
-	// count (3): a name of three letters ("ssh", "gpt", "php") is as foreign to a KB that
+	// count (3, where SPEC says 4+, deliberately): a name of three letters ("ssh", "gpt", "php") is as foreign to a KB that
 	// never uses it as a long one, and so is an everyday word ("my dog"); two letters are
 	// mostly abbreviations and typing ("ok", "gz").
 	OODTermMinLen int
@@ -159,7 +159,8 @@ func DefaultConfig() Config {
 	}
 }
 
-// RegisterFlags registers the thresholds with their SPEC defaults.
+// RegisterFlags registers the thresholds with their SPEC defaults, except
+// -gate-ood-term-min-len (see OODTermMinLen).
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	d := DefaultConfig()
 	fs.Float64Var(&c.DirectMin, "gate-direct-min", d.DirectMin, "T2: relevance the top result needs")
