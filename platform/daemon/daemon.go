@@ -20,6 +20,10 @@ import (
 // process exit code: 0, 1 on failure, 2 for -h.
 func Main(service string, run func(ctx context.Context, log *slog.Logger) error) int {
 	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(os.Stderr, nil))).With("service", service)
+	// Packages that log through slog's default logger (the LLM provider) or the log
+	// package (libraries) write the service's JSON lines too, with the trace ids of
+	// their context: the default logger wrote plain text without either.
+	slog.SetDefault(log)
 	TuneGC(log)
 	ctx, stop := SignalContext()
 	defer stop()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	stdlog "log"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -19,6 +20,10 @@ func tracedChild() {
 	os.Exit(Main("quarry-test", func(ctx context.Context, log *slog.Logger) error {
 		ctx, span := otel.Tracer("test").Start(ctx, "work")
 		log.InfoContext(ctx, "working")
+		// A package that logs through slog's default logger, as the LLM provider
+		// does, and the log package, as libraries do.
+		slog.InfoContext(ctx, "working by default")
+		stdlog.Print("working by the log package")
 		span.End()
 		return nil
 	}))
@@ -44,19 +49,30 @@ func TestMainTracesLogsAndFlushesOnExit(t *testing.T) {
 	if len(spans) != 1 || spans[0].Name != "work" || spans[0].Service != "quarry-test" {
 		t.Fatalf("collector received %+v, want the span work of quarry-test, flushed on exit", spans)
 	}
-	var line map[string]any
+	lines := map[string]map[string]any{}
 	for _, l := range bytes.Split(stderr.Bytes(), []byte("\n")) {
 		var m map[string]any
-		if json.Unmarshal(l, &m) == nil && m["msg"] == "working" {
-			line = m
+		if json.Unmarshal(l, &m) == nil {
+			if msg, ok := m["msg"].(string); ok {
+				lines[msg] = m
+			}
 		}
 	}
-	if line == nil {
-		t.Fatalf("no JSON log line \"working\" in:\n%s", stderr.Bytes())
-	}
-	for k, want := range map[string]string{"trace_id": spans[0].TraceID.String(), "span_id": spans[0].SpanID.String(), "service": "quarry-test"} {
-		if line[k] != want {
-			t.Errorf("log line has %s=%v, want %s: %v", k, line[k], want, line)
+	// Lines logged through slog's default logger were plain text, without the
+	// service's name or the trace's ids: the default was never the service's logger.
+	for _, msg := range []string{"working", "working by default"} {
+		line := lines[msg]
+		if line == nil {
+			t.Errorf("no JSON log line %q in:\n%s", msg, stderr.Bytes())
+			continue
 		}
+		for k, want := range map[string]string{"trace_id": spans[0].TraceID.String(), "span_id": spans[0].SpanID.String(), "service": "quarry-test"} {
+			if line[k] != want {
+				t.Errorf("log line %q has %s=%v, want %s: %v", msg, k, line[k], want, line)
+			}
+		}
+	}
+	if line := lines["working by the log package"]; line == nil || line["service"] != "quarry-test" {
+		t.Errorf("the log package's line is not a JSON line of the service: %v\n%s", line, stderr.Bytes())
 	}
 }

@@ -83,6 +83,17 @@ func TestResourceNamesTheService(t *testing.T) {
 					t.Errorf("resource has an empty %s", k)
 				}
 			}
+			// The SDK-provided attributes the resource specification requires of
+			// every SDK's resource: resource.New, unlike resource.Default, adds none of
+			// them unless asked, and every span and metric went out without them.
+			for k, v := range map[string]string{"telemetry.sdk.name": "opentelemetry", "telemetry.sdk.language": "go"} {
+				if got[k] != v {
+					t.Errorf("resource %s=%q, want %q (resource %v)", k, got[k], v, got)
+				}
+			}
+			if got["telemetry.sdk.version"] == "" {
+				t.Errorf("resource has no telemetry.sdk.version (resource %v)", got)
+			}
 		})
 	}
 }

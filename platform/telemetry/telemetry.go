@@ -81,6 +81,10 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		attrs = append(attrs, semconv.ServiceVersion(v))
 	}
 	res, err := resource.New(ctx,
+		// telemetry.sdk.name, .language and .version: the resource specification
+		// requires them of every SDK's resource, and resource.New, unlike
+		// resource.Default, adds them only when asked.
+		resource.WithTelemetrySDK(),
 		resource.WithAttributes(attrs...),
 		resource.WithFromEnv(), // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win
 	)
