@@ -86,12 +86,19 @@ func (p *OpenAI) endChat(ctx context.Context, span trace.Span, began time.Time, 
 		span.SetAttributes(
 			semconv.GenAIResponseModel(resp.Model),
 			semconv.GenAIResponseFinishReasons(resp.FinishReason),
-			semconv.GenAIUsageInputTokens(int(resp.PromptTokens)),
-			semconv.GenAIUsageOutputTokens(int(resp.CompletionTokens)),
 			attribute.Int("quarry.llm.attempts", resp.Attempts),
 		)
-		p.metrics.tokens.Record(ctx, resp.PromptTokens, genaiconv.OperationNameChat, providerName, genaiconv.TokenTypeInput, attrs...)
-		p.metrics.tokens.Record(ctx, resp.CompletionTokens, genaiconv.OperationNameChat, providerName, genaiconv.TokenTypeOutput, attrs...)
+		// A server that streams without usage (it refuses or ignores stream_options)
+		// reports no counts, which read as 0 and 0: a count it did not give is left
+		// out rather than recorded as none. A reported prompt is never 0 tokens.
+		if resp.PromptTokens != 0 || resp.CompletionTokens != 0 {
+			span.SetAttributes(
+				semconv.GenAIUsageInputTokens(int(resp.PromptTokens)),
+				semconv.GenAIUsageOutputTokens(int(resp.CompletionTokens)),
+			)
+			p.metrics.tokens.Record(ctx, resp.PromptTokens, genaiconv.OperationNameChat, providerName, genaiconv.TokenTypeInput, attrs...)
+			p.metrics.tokens.Record(ctx, resp.CompletionTokens, genaiconv.OperationNameChat, providerName, genaiconv.TokenTypeOutput, attrs...)
+		}
 	}
 	if err != nil {
 		kind := p.errorType(err)

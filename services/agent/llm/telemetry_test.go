@@ -121,3 +121,47 @@ func histogramCount(rm metricdata.ResourceMetrics, name, errorType string) uint6
 	}
 	return n
 }
+
+// TestChatWithoutUsageRecordsNoTokenCounts: a server that streams without usage (one
+// that refuses or ignores stream_options) says nothing of the tokens. The call recorded
+// 0 input and 0 output tokens, on its span and as two gen_ai.client.token.usage
+// measurements, which pulled every token percentile and average towards zero.
+func TestChatWithoutUsageRecordsNoTokenCounts(t *testing.T) {
+	_, spans := telemetrytest.Tracing()
+	spans.Reset()
+	reader := telemetrytest.Metrics()
+	tokens := func() uint64 {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		return histogramCount(rm, "gen_ai.client.token.usage", "")
+	}
+	before := tokens()
+	const id = `"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"scripted-model"`
+	srv := llmtest.New(t, llmtest.Turn{SSE: sse(
+		`{`+id+`,"choices":[{"index":0,"delta":{"role":"assistant","content":"Rotate."},"finish_reason":null}]}`,
+		`{`+id+`,"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+		`[DONE]`)})
+	onDelta, _ := collect(t)
+	resp, err := New(testConfig(srv.BaseURL())).Chat(context.Background(), chatRequest(), onDelta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.PromptTokens != 0 || resp.CompletionTokens != 0 {
+		t.Fatalf("the server reported no usage, yet the response has %d+%d tokens", resp.PromptTokens, resp.CompletionTokens)
+	}
+	got := spans.GetSpans()
+	if len(got) == 0 {
+		t.Fatal("no spans")
+	}
+	chat := got[len(got)-1]
+	for _, a := range chat.Attributes {
+		if strings.HasPrefix(string(a.Key), "gen_ai.usage.") {
+			t.Errorf("chat span has %s=%s for a call whose tokens were not reported", a.Key, a.Value.String())
+		}
+	}
+	if n := tokens() - before; n != 0 {
+		t.Errorf("%d gen_ai.client.token.usage measurements for a call whose tokens were not reported, want none", n)
+	}
+}
