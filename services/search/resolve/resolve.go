@@ -299,7 +299,7 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 		// Kept for the explain trace only: an out-of-domain answer has no sources.
 		res.Results = ranked[:min(len(ranked), r.cfg.MaxSources)]
 		clock.stage(&res.Stages, "gate", "out of domain: "+rule, func() []attribute.KeyValue {
-			return append(gateAttrs(ranked, allTerms, gate.Decision{}), attribute.String("quarry.ood_rule", rule))
+			return append(gateAttrs(ranked, allTerms, nil), attribute.String("quarry.ood_rule", rule))
 		})
 		return res, nil
 	}
@@ -307,7 +307,7 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 	dec := r.cfg.Gate.Route(ranked)
 	res.Trace.Decision = dec
 	res.Route = dec.Route
-	clock.stage(&res.Stages, "gate", dec.Reason, func() []attribute.KeyValue { return gateAttrs(ranked, allTerms, dec) })
+	clock.stage(&res.Stages, "gate", dec.Reason, func() []attribute.KeyValue { return gateAttrs(ranked, allTerms, &dec) })
 
 	if len(ranked) > r.cfg.MaxSources {
 		ranked = ranked[:r.cfg.MaxSources]
@@ -548,9 +548,10 @@ func annotate(span trace.Span, kbID string, res *Result) {
 	if !span.IsRecording() || res == nil {
 		return
 	}
-	attrs := []attribute.KeyValue{
-		attribute.String("quarry.kb", kbID),
-		attribute.String("quarry.route", res.Route.String()),
+	attrs := []attribute.KeyValue{attribute.String("quarry.kb", kbID)}
+	// A Resolve that failed routed nothing: no route, rather than "unspecified".
+	if res.Route != 0 {
+		attrs = append(attrs, attribute.String("quarry.route", res.Route.String()))
 	}
 	if res.KB != nil {
 		attrs = append(attrs, attribute.Int64("quarry.generation", int64(res.KB.Generation)))
@@ -560,14 +561,19 @@ func annotate(span trace.Span, kbID string, res *Result) {
 
 // gateAttrs are the inputs of the gate's decision, for its span (whose outcome says the
 // decision): the top results' relevance, which the thresholds compare, how many results
-// were ranked, whether every term matched, and the top document and its score.
-func gateAttrs(ranked []rank.Result, allTerms bool, dec gate.Decision) []attribute.KeyValue {
-	attrs := []attribute.KeyValue{
-		attribute.Float64("quarry.gate.top_relevance", dec.Top),
-		attribute.Float64("quarry.gate.second_relevance", dec.Second),
-		attribute.Int("quarry.results", len(ranked)),
-		attribute.Bool("quarry.all_terms_matched", allTerms),
+// were ranked, whether every term matched, and the top document and its score. dec is
+// nil when the out-of-domain check decided, before the relevance gate ran: it has no
+// relevance to show, and zeros would read as relevance measured.
+func gateAttrs(ranked []rank.Result, allTerms bool, dec *gate.Decision) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, 6)
+	if dec != nil {
+		attrs = append(attrs,
+			attribute.Float64("quarry.gate.top_relevance", dec.Top),
+			attribute.Float64("quarry.gate.second_relevance", dec.Second))
 	}
+	attrs = append(attrs,
+		attribute.Int("quarry.results", len(ranked)),
+		attribute.Bool("quarry.all_terms_matched", allTerms))
 	if len(ranked) > 0 {
 		attrs = append(attrs, attribute.String("quarry.top_path", ranked[0].Doc.Path), attribute.Float64("quarry.top_score", ranked[0].Score))
 	}

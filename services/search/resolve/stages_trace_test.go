@@ -114,7 +114,41 @@ func TestStagesThatSearchOrDecideAreSpans(t *testing.T) {
 					t.Errorf("search.gate has %s=%q, want %q", k, g[k], v)
 				}
 			}
+			if tt.ood {
+				// The out-of-domain check decides before the relevance gate runs: it
+				// has no relevance to show, and a 0 would read as one measured.
+				for _, k := range []string{"quarry.gate.top_relevance", "quarry.gate.second_relevance"} {
+					if v, ok := g[k]; ok {
+						t.Errorf("out-of-domain search.gate has %s=%s, a relevance the gate never computed", k, v)
+					}
+				}
+			}
 		})
+	}
+}
+
+// TestAFailedResolveNamesNoRoute: a Resolve that fails routed nothing, so the caller's
+// span carries no quarry.route; it said "unspecified", a route of its own to whoever
+// groups traces by route.
+func TestAFailedResolveNamesNoRoute(t *testing.T) {
+	tp, exp := telemetrytest.Tracing()
+	f := newFixture(t, false)
+	exp.Reset()
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ctx, server := tp.Tracer("test").Start(cctx, "server")
+	_, err := f.res.Resolve(ctx, platform, "How do I rotate the JWT signing key?")
+	server.End()
+	if err == nil {
+		t.Fatal("precondition: Resolve with a cancelled context succeeded")
+	}
+	spans := exp.GetSpans()
+	root := spanAttrs(spans[len(spans)-1])
+	if v, ok := root["quarry.route"]; ok {
+		t.Errorf("a failed Resolve's span has quarry.route=%q", v)
+	}
+	if root["quarry.kb"] != platform {
+		t.Errorf("a failed Resolve's span has quarry.kb=%q, want %q", root["quarry.kb"], platform)
 	}
 }
 
