@@ -140,6 +140,10 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(telemetry.LogHandler(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})))
+	// What logs through slog's default (the LLM provider) goes where the services'
+	// lines go, at their level, with trace ids, as daemon.Main has it.
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(log)
 	// Off unless OTEL_TRACES_EXPORTER or an OTLP endpoint is set; then one process
 	// exports the spans of all three services.
 	tel, err := telemetry.Setup(ctx, telemetry.Config{Service: "quarry"})
