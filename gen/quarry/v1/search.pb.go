@@ -458,7 +458,11 @@ type ListFolderRequest struct {
 	// Knowledge base id.
 	KnowledgeBase string `protobuf:"bytes,1,opt,name=knowledge_base,json=knowledgeBase,proto3" json:"knowledge_base,omitempty"`
 	// Folder relative to the root, forward slashes, e.g. "auth/jwt"; "" for the root.
-	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// At most this many entries, the first in the response's order; 0 for all of them. A
+	// flat folder of tens of thousands of files would list past a client's 4 MiB message
+	// limit, and past any model's context window.
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -505,6 +509,13 @@ func (x *ListFolderRequest) GetPath() string {
 		return x.Path
 	}
 	return ""
+}
+
+func (x *ListFolderRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
 }
 
 // FolderEntry is one child of a folder.
@@ -595,7 +606,10 @@ type ListFolderResponse struct {
 	// The entries.
 	Entries []*FolderEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
 	// Generation listed.
-	Generation    uint64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Generation uint64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	// How many entries the folder holds, listed or not: more than entries when the
+	// request's limit cut the list.
+	Total         int32 `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -640,6 +654,13 @@ func (x *ListFolderResponse) GetEntries() []*FolderEntry {
 func (x *ListFolderResponse) GetGeneration() uint64 {
 	if x != nil {
 		return x.Generation
+	}
+	return 0
+}
+
+func (x *ListFolderResponse) GetTotal() int32 {
+	if x != nil {
+		return x.Total
 	}
 	return 0
 }
@@ -1236,22 +1257,24 @@ const file_quarry_v1_search_proto_rawDesc = "" +
 	"\bdocument\x18\x01 \x01(\v2\x13.quarry.v1.DocumentR\bdocument\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
-	"generation\"N\n" +
+	"generation\"d\n" +
 	"\x11ListFolderRequest\x12%\n" +
 	"\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"\x8c\x01\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"\x8c\x01\n" +
 	"\vFolderEntry\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06folder\x18\x02 \x01(\bR\x06folder\x12\x14\n" +
 	"\x05title\x18\x03 \x01(\tR\x05title\x12\x1f\n" +
 	"\vhas_summary\x18\x04 \x01(\bR\n" +
 	"hasSummary\x12\x1a\n" +
-	"\barchived\x18\x05 \x01(\bR\barchived\"f\n" +
+	"\barchived\x18\x05 \x01(\bR\barchived\"|\n" +
 	"\x12ListFolderResponse\x120\n" +
 	"\aentries\x18\x01 \x03(\v2\x16.quarry.v1.FolderEntryR\aentries\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
-	"generation\";\n" +
+	"generation\x12\x14\n" +
+	"\x05total\x18\x03 \x01(\x05R\x05total\";\n" +
 	"\x12GetManifestRequest\x12%\n" +
 	"\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\"\x8b\x01\n" +
 	"\rManifestEntry\x12\x12\n" +

@@ -50,9 +50,9 @@ type SearchServiceClient interface {
 	// ReadDocument returns one document. NOT_FOUND when the path is not in the tree;
 	// INVALID_ARGUMENT when it escapes the tree.
 	ReadDocument(ctx context.Context, in *ReadDocumentRequest, opts ...grpc.CallOption) (*ReadDocumentResponse, error)
-	// ListFolder lists the entries of one folder of the tree. NOT_FOUND when the path
-	// names no folder (a document's path included); INVALID_ARGUMENT when it escapes the
-	// tree.
+	// ListFolder lists the entries of one folder of the tree, all of them or the first
+	// `limit`. NOT_FOUND when the path names no folder (a document's path included);
+	// INVALID_ARGUMENT when it escapes the tree or the limit is negative.
 	ListFolder(ctx context.Context, in *ListFolderRequest, opts ...grpc.CallOption) (*ListFolderResponse, error)
 	// GetManifest returns the knowledge base's manifest: summaries, contexts and stubs
 	// within their token budgets. It is rebuilt lazily when the generation changes.
@@ -177,9 +177,9 @@ type SearchServiceServer interface {
 	// ReadDocument returns one document. NOT_FOUND when the path is not in the tree;
 	// INVALID_ARGUMENT when it escapes the tree.
 	ReadDocument(context.Context, *ReadDocumentRequest) (*ReadDocumentResponse, error)
-	// ListFolder lists the entries of one folder of the tree. NOT_FOUND when the path
-	// names no folder (a document's path included); INVALID_ARGUMENT when it escapes the
-	// tree.
+	// ListFolder lists the entries of one folder of the tree, all of them or the first
+	// `limit`. NOT_FOUND when the path names no folder (a document's path included);
+	// INVALID_ARGUMENT when it escapes the tree or the limit is negative.
 	ListFolder(context.Context, *ListFolderRequest) (*ListFolderResponse, error)
 	// GetManifest returns the knowledge base's manifest: summaries, contexts and stubs
 	// within their token budgets. It is rebuilt lazily when the generation changes.

@@ -118,8 +118,8 @@ func (m *memKB) ReadDocument(_ context.Context, _, path string) (*quarryv1.Docum
 	return nil, fmt.Errorf("read %q: %w", path, tools.ErrNotFound)
 }
 
-func (m *memKB) ListFolder(context.Context, string, string) ([]*quarryv1.FolderEntry, error) {
-	return []*quarryv1.FolderEntry{{Path: "deploy", Folder: true}}, nil
+func (m *memKB) ListFolder(context.Context, string, string, int) ([]*quarryv1.FolderEntry, int, error) {
+	return []*quarryv1.FolderEntry{{Path: "deploy", Folder: true}}, 1, nil
 }
 
 func (m *memKB) Manifest(ctx context.Context, _ string) (*quarryv1.GetManifestResponse, error) {

@@ -39,8 +39,8 @@ func (k sizedKB) ReadDocument(_ context.Context, _, path string) (*quarryv1.Docu
 	return k.doc(path), nil
 }
 
-func (sizedKB) ListFolder(context.Context, string, string) ([]*quarryv1.FolderEntry, error) {
-	return nil, nil
+func (sizedKB) ListFolder(context.Context, string, string, int) ([]*quarryv1.FolderEntry, int, error) {
+	return nil, 0, nil
 }
 
 func (sizedKB) Manifest(context.Context, string) (*quarryv1.GetManifestResponse, error) {

@@ -34,8 +34,8 @@ func (wireKB) ReadDocument(_ context.Context, _, path string) (*quarryv1.Documen
 	return nil, fmt.Errorf("read %q: %w", path, tools.ErrNotFound)
 }
 
-func (wireKB) ListFolder(context.Context, string, string) ([]*quarryv1.FolderEntry, error) {
-	return nil, nil
+func (wireKB) ListFolder(context.Context, string, string, int) ([]*quarryv1.FolderEntry, int, error) {
+	return nil, 0, nil
 }
 
 func (wireKB) Manifest(context.Context, string) (*quarryv1.GetManifestResponse, error) {

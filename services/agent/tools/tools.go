@@ -22,7 +22,9 @@ import (
 type KB interface {
 	Search(ctx context.Context, kb, query, scope string, limit int) ([]*quarryv1.Source, error)
 	ReadDocument(ctx context.Context, kb, path string) (*quarryv1.Document, error)
-	ListFolder(ctx context.Context, kb, path string) ([]*quarryv1.FolderEntry, error)
+	// ListFolder returns the first limit entries of a folder (all for 0) and how many
+	// it holds.
+	ListFolder(ctx context.Context, kb, path string, limit int) (entries []*quarryv1.FolderEntry, total int, err error)
 	Manifest(ctx context.Context, kb string) (*quarryv1.GetManifestResponse, error)
 }
 
@@ -47,6 +49,9 @@ type Config struct {
 	SearchLimit int
 	// MaxRelated caps the related documents listed for one document.
 	MaxRelated int
+	// MaxFolderEntries caps the entries one list_folder call shows: a flat folder of
+	// thousands of documents, listed whole, outgrew the model's context window.
+	MaxFolderEntries int
 }
 
 // RegisterFlags registers the tool flags with their defaults.
@@ -54,6 +59,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxDocumentChars, "tool-max-document-chars", 12000, "characters of one document given to the model (prompt and read_document); the rest is cut")
 	fs.IntVar(&c.SearchLimit, "tool-search-limit", 5, "results of a search tool call when the model does not ask for a number (1-20)")
 	fs.IntVar(&c.MaxRelated, "tool-max-related", 8, "related documents listed by one related tool call")
+	fs.IntVar(&c.MaxFolderEntries, "tool-max-folder-entries", 200, "entries of a folder listed by one list_folder tool call (folders first); the model is told how many more there are")
 }
 
 // Validate rejects settings the tools cannot work with, naming the flag.
@@ -65,6 +71,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("-tool-search-limit must be in [1,%d], got %d", maxSearchLimit, c.SearchLimit)
 	case c.MaxRelated < 1:
 		return fmt.Errorf("-tool-max-related must be at least 1, got %d", c.MaxRelated)
+	case c.MaxFolderEntries < 1:
+		return fmt.Errorf("-tool-max-folder-entries must be at least 1, got %d", c.MaxFolderEntries)
 	}
 	return nil
 }
@@ -330,7 +338,7 @@ func (s *Set) list(ctx context.Context, kb string, a args) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	entries, err := s.kb.ListFolder(ctx, kb, p)
+	entries, total, err := s.kb.ListFolder(ctx, kb, p, s.cfg.MaxFolderEntries)
 	if err != nil {
 		return Result{}, err
 	}
@@ -342,7 +350,12 @@ func (s *Set) list(ctx context.Context, kb string, a args) (Result, error) {
 		return Result{Text: name + " is empty."}, nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s holds %d entries:\n", strings.ToUpper(name[:1])+name[1:], len(entries))
+	more := total - len(entries)
+	if more > 0 {
+		fmt.Fprintf(&b, "%s holds %d entries; the first %d (folders first, then by name):\n", strings.ToUpper(name[:1])+name[1:], total, len(entries))
+	} else {
+		fmt.Fprintf(&b, "%s holds %d entries:\n", strings.ToUpper(name[:1])+name[1:], len(entries))
+	}
 	for _, e := range entries {
 		switch {
 		case e.GetFolder():
@@ -357,6 +370,9 @@ func (s *Set) list(ctx context.Context, kb string, a args) (Result, error) {
 			}
 		}
 		b.WriteString("\n")
+	}
+	if more > 0 {
+		fmt.Fprintf(&b, "- … and %d more: list a sub-folder, or search for what you need.\n", more)
 	}
 	return Result{Text: b.String()}, nil
 }

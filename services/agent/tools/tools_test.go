@@ -45,12 +45,24 @@ func (m *memKB) ReadDocument(_ context.Context, kb, path string) (*quarryv1.Docu
 	return nil, fmt.Errorf("read %q: %w", path, ErrNotFound)
 }
 
-func (m *memKB) ListFolder(_ context.Context, kb, path string) ([]*quarryv1.FolderEntry, error) {
+func (m *memKB) ListFolder(_ context.Context, kb, path string, limit int) ([]*quarryv1.FolderEntry, int, error) {
 	m.record("list " + path)
-	if path == "down" {
-		return nil, errors.New("rpc error: code = Unavailable desc = dial tcp 10.1.2.3:7701: connection refused")
+	var entries []*quarryv1.FolderEntry
+	switch path {
+	case "down":
+		return nil, 0, errors.New("rpc error: code = Unavailable desc = dial tcp 10.1.2.3:7701: connection refused")
+	case "flat":
+		for i := range 1000 {
+			entries = append(entries, &quarryv1.FolderEntry{Path: fmt.Sprintf("flat/doc-%04d.md", i), Title: fmt.Sprintf("Doc %d", i)})
+		}
+	default:
+		entries = []*quarryv1.FolderEntry{{Path: "auth/jwt", Folder: true, Title: "JWT"}, {Path: "auth/x.md", Title: "X"}}
 	}
-	return []*quarryv1.FolderEntry{{Path: "auth/jwt", Folder: true, Title: "JWT"}, {Path: "auth/x.md", Title: "X"}}, nil
+	total := len(entries)
+	if limit > 0 && limit < total {
+		entries = entries[:limit]
+	}
+	return entries, total, nil
 }
 
 func (m *memKB) Manifest(context.Context, string) (*quarryv1.GetManifestResponse, error) {
@@ -175,6 +187,8 @@ func TestToolResults(t *testing.T) {
 		{"a long document is cut", ReadDocument, `{"path":"big.md"}`, []string{"[200 more characters cut]"}, "big.md"},
 		{"a missing document says how to find one", ReadDocument, `{"path":"auth/nope.md"}`, []string{"error:", "not found", "Use search or list_folder"}, ""},
 		{"list_folder lists folders and documents", ListFolder, `{"path":"auth"}`, []string{"`auth` holds 2 entries", "folder `auth/jwt/` — JWT", "`auth/x.md` — X"}, ""},
+		{"a large folder lists its first entries and says how many more", ListFolder, `{"path":"flat"}`,
+			[]string{"`flat` holds 1000 entries; the first 200 (folders first, then by name):", "`flat/doc-0199.md`", "… and 800 more: list a sub-folder, or search"}, ""},
 		{"a search service failure is not passed on in detail", ListFolder, `{"path":"down"}`, []string{"error: the knowledge base could not be searched just now"}, ""},
 		{"related follows the links and marks missing ones", Related, `{"path":"auth/jwt/rotation.md"}`,
 			[]string{"names 2 related documents", "`auth/jwt/validation.md` — Token validation: Check exp, iss and aud. Then the signature.", "`auth/gone.md` — (missing"}, ""},
@@ -194,6 +208,9 @@ func TestToolResults(t *testing.T) {
 				t.Errorf("document read = %q, want %q", got, tt.doc)
 			}
 		})
+	}
+	if res := s.Call(context.Background(), "kb", ListFolder, `{"path":"flat"}`, All); strings.Contains(res.Text, "doc-0200") {
+		t.Errorf("list_folder showed more than -tool-max-folder-entries (200) entries")
 	}
 	if !strings.Contains(strings.Join(kb.calls, "\n"), `search kb "rotation" "auth" 5`) {
 		t.Errorf("search did not use the cleaned scope and the default limit: %v", kb.calls)
@@ -235,10 +252,16 @@ func TestSchemasDescribeTheChecks(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	if err := (&Config{MaxDocumentChars: 12000, SearchLimit: 5, MaxRelated: 8}).Validate(); err != nil {
-		t.Errorf("defaults rejected: %v", err)
+	if d := DefaultConfig(); d.Validate() != nil {
+		t.Errorf("defaults rejected: %v", d.Validate())
 	}
-	for _, c := range []Config{{MaxDocumentChars: 10, SearchLimit: 5, MaxRelated: 8}, {MaxDocumentChars: 12000, SearchLimit: 0, MaxRelated: 8}, {MaxDocumentChars: 12000, SearchLimit: 5}} {
+	bad := func(f func(*Config)) Config { c := DefaultConfig(); f(&c); return c }
+	for _, c := range []Config{
+		bad(func(c *Config) { c.MaxDocumentChars = 10 }),
+		bad(func(c *Config) { c.SearchLimit = 0 }),
+		bad(func(c *Config) { c.MaxRelated = 0 }),
+		bad(func(c *Config) { c.MaxFolderEntries = 0 }),
+	} {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "-tool-") {
 			t.Errorf("%+v: err %v, want one naming the flag", c, err)
 		}

@@ -43,12 +43,18 @@ func (s *Search) ReadDocument(ctx context.Context, kb, path string) (*quarryv1.D
 }
 
 // ListFolder implements tools.KB.
-func (s *Search) ListFolder(ctx context.Context, kb, path string) ([]*quarryv1.FolderEntry, error) {
-	res, err := s.client.ListFolder(ctx, &quarryv1.ListFolderRequest{KnowledgeBase: kb, Path: path})
+func (s *Search) ListFolder(ctx context.Context, kb, path string, limit int) ([]*quarryv1.FolderEntry, int, error) {
+	res, err := s.client.ListFolder(ctx, &quarryv1.ListFolderRequest{KnowledgeBase: kb, Path: path, Limit: int32(limit)})
 	if err != nil {
-		return nil, fromStatus("list", path, err)
+		return nil, 0, fromStatus("list", path, err)
 	}
-	return res.GetEntries(), nil
+	// A search service from before the limit lists every entry and no total.
+	entries, total := res.GetEntries(), int(res.GetTotal())
+	total = max(total, len(entries))
+	if limit > 0 && len(entries) > limit {
+		entries = entries[:limit]
+	}
+	return entries, total, nil
 }
 
 // Manifest implements tools.KB.

@@ -73,7 +73,7 @@ func TestStatusCodesBecomeToolErrors(t *testing.T) {
 	s := NewSearch(quarryv1.NewSearchServiceClient(conn))
 	ctx := context.Background()
 	read := func(p string) error { _, err := s.ReadDocument(ctx, "kb", p); return err }
-	list := func(p string) error { _, err := s.ListFolder(ctx, "kb", p); return err }
+	list := func(p string) error { _, _, err := s.ListFolder(ctx, "kb", p, 0); return err }
 	search := func(q string) error { _, err := s.Search(ctx, "kb", q, "", 5); return err }
 	manifest := func(kb string) error { _, err := s.Manifest(ctx, kb); return err }
 	tests := []struct {

@@ -112,11 +112,17 @@ func (s *Server) ListFolder(ctx context.Context, req *quarryv1.ListFolderRequest
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
+	if req.GetLimit() < 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "limit %d: want 0 (all entries) or more", req.GetLimit())
+	}
 	entries, err := k.Tree.List(req.GetPath())
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	resp := &quarryv1.ListFolderResponse{Generation: k.Generation}
+	resp := &quarryv1.ListFolderResponse{Generation: k.Generation, Total: int32(len(entries))}
+	if n := int(req.GetLimit()); n > 0 && n < len(entries) {
+		entries = entries[:n]
+	}
 	for _, e := range entries {
 		resp.Entries = append(resp.Entries, &quarryv1.FolderEntry{Path: e.Path, Folder: e.Folder, Title: e.Title, HasSummary: e.HasSummary, Archived: e.Archived})
 	}

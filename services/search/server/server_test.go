@@ -439,6 +439,33 @@ func TestListFolderPutsFoldersFirst(t *testing.T) {
 		})
 	}
 
+	// A limit lists the first entries and says how many there are; a negative one is
+	// the caller's mistake.
+	for _, tt := range []struct {
+		limit int32
+		want  []string
+	}{
+		{1, []string{"deploy/ci/_archived"}},
+		{2, []string{"deploy/ci/_archived", "deploy/ci/_index.md"}},
+		{0, []string{"deploy/ci/_archived", "deploy/ci/_index.md", "deploy/ci/build-cache.md", "deploy/ci/github-actions-workflows.md"}},
+		{9, []string{"deploy/ci/_archived", "deploy/ci/_index.md", "deploy/ci/build-cache.md", "deploy/ci/github-actions-workflows.md"}},
+	} {
+		resp, err := f.client.ListFolder(callCtx(t), &quarryv1.ListFolderRequest{KnowledgeBase: platform, Path: "deploy/ci", Limit: tt.limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range resp.GetEntries() {
+			got = append(got, e.GetPath())
+		}
+		if !slices.Equal(got, tt.want) || resp.GetTotal() != 4 {
+			t.Errorf("limit %d: entries %v, total %d; want %v, 4", tt.limit, got, resp.GetTotal(), tt.want)
+		}
+	}
+	if _, err := f.client.ListFolder(callCtx(t), &quarryv1.ListFolderRequest{KnowledgeBase: platform, Path: "deploy/ci", Limit: -1}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("limit -1: %v, want INVALID_ARGUMENT", err)
+	}
+
 	// A folder with an _index.md carries its title.
 	resp, err := f.client.ListFolder(callCtx(t), &quarryv1.ListFolderRequest{KnowledgeBase: platform, Path: "auth"})
 	if err != nil {

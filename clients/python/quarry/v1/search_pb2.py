@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from quarry.v1 import types_pb2 as quarry_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16quarry/v1/search.proto\x12\tquarry.v1\x1a\x15quarry/v1/types.proto\"g\n\x0eResolveRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x14\n\x05query\x18\x02 \x01(\tR\x05query\x12\x18\n\x07\x65xplain\x18\x03 \x01(\x08R\x07\x65xplain\"\x82\x03\n\x0fResolveResponse\x12%\n\x05route\x18\x01 \x01(\x0e\x32\x0f.quarry.v1.TierR\x05route\x12\x16\n\x06\x61nswer\x18\x02 \x01(\tR\x06\x61nswer\x12+\n\x11\x66\x61llback_degraded\x18\x03 \x01(\x08R\x10\x66\x61llbackDegraded\x12+\n\x07sources\x18\x04 \x03(\x0b\x32\x11.quarry.v1.SourceR\x07sources\x12\x33\n\nprefetched\x18\x05 \x03(\x0b\x32\x13.quarry.v1.DocumentR\nprefetched\x12\x1e\n\ngeneration\x18\x06 \x01(\x04R\ngeneration\x12(\n\x04gate\x18\x07 \x01(\x0b\x32\x14.quarry.v1.GateTraceR\x04gate\x12.\n\x06stages\x18\x08 \x03(\x0b\x32\x16.quarry.v1.StageTimingR\x06stages\x12\'\n\x0f\x63ontent_version\x18\t \x01(\x04R\x0e\x63ontentVersion\"x\n\rSearchRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x14\n\x05query\x18\x02 \x01(\tR\x05query\x12\x14\n\x05scope\x18\x03 \x01(\tR\x05scope\x12\x14\n\x05limit\x18\x04 \x01(\x05R\x05limit\"]\n\x0eSearchResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x11.quarry.v1.SourceR\x07results\x12\x1e\n\ngeneration\x18\x02 \x01(\x04R\ngeneration\"P\n\x13ReadDocumentRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\"g\n\x14ReadDocumentResponse\x12/\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x13.quarry.v1.DocumentR\x08\x64ocument\x12\x1e\n\ngeneration\x18\x02 \x01(\x04R\ngeneration\"N\n\x11ListFolderRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\"\x8c\x01\n\x0b\x46olderEntry\x12\x12\n\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n\x06\x66older\x18\x02 \x01(\x08R\x06\x66older\x12\x14\n\x05title\x18\x03 \x01(\tR\x05title\x12\x1f\n\x0bhas_summary\x18\x04 \x01(\x08R\nhasSummary\x12\x1a\n\x08\x61rchived\x18\x05 \x01(\x08R\x08\x61rchived\"f\n\x12ListFolderResponse\x12\x30\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x16.quarry.v1.FolderEntryR\x07\x65ntries\x12\x1e\n\ngeneration\x18\x02 \x01(\x04R\ngeneration\";\n\x12GetManifestRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\"\x8b\x01\n\rManifestEntry\x12\x12\n\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n\x05title\x18\x02 \x01(\tR\x05title\x12\x18\n\x07summary\x18\x03 \x01(\tR\x07summary\x12\x16\n\x06tokens\x18\x04 \x01(\x05R\x06tokens\x12\x1e\n\nimportance\x18\x05 \x01(\x01R\nimportance\"\xa2\x01\n\x0cManifestLane\x12\x32\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.quarry.v1.ManifestEntryR\x07\x65ntries\x12#\n\rbudget_tokens\x18\x02 \x01(\x05R\x0c\x62udgetTokens\x12\x1f\n\x0bused_tokens\x18\x03 \x01(\x05R\nusedTokens\x12\x18\n\x07omitted\x18\x04 \x01(\x05R\x07omitted\"\xf9\x01\n\x13GetManifestResponse\x12\x35\n\tsummaries\x18\x01 \x01(\x0b\x32\x17.quarry.v1.ManifestLaneR\tsummaries\x12\x33\n\x08\x63ontexts\x18\x02 \x01(\x0b\x32\x17.quarry.v1.ManifestLaneR\x08\x63ontexts\x12-\n\x05stubs\x18\x03 \x01(\x0b\x32\x17.quarry.v1.ManifestLaneR\x05stubs\x12\x1e\n\ngeneration\x18\x04 \x01(\x04R\ngeneration\x12\'\n\x0f\x63ontent_version\x18\x05 \x01(\x04R\x0e\x63ontentVersion\"\x1b\n\x19ListKnowledgeBasesRequest\"\xae\x01\n\x12KnowledgeBaseState\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n\ngeneration\x18\x02 \x01(\x04R\ngeneration\x12%\n\x0e\x64ocument_count\x18\x03 \x01(\x05R\rdocumentCount\x12\x18\n\x07\x64omains\x18\x04 \x03(\tR\x07\x64omains\x12\'\n\x0f\x63ontent_version\x18\x05 \x01(\x04R\x0e\x63ontentVersion\"d\n\x1aListKnowledgeBasesResponse\x12\x46\n\x0fknowledge_bases\x18\x01 \x03(\x0b\x32\x1d.quarry.v1.KnowledgeBaseStateR\x0eknowledgeBases\"\x19\n\x17WatchGenerationsRequest\"|\n\x18WatchGenerationsResponse\x12\x46\n\x0fknowledge_bases\x18\x01 \x03(\x0b\x32\x1d.quarry.v1.KnowledgeBaseStateR\x0eknowledgeBases\x12\x18\n\x07removed\x18\x02 \x03(\tR\x07removed2\xbc\x04\n\rSearchService\x12@\n\x07Resolve\x12\x19.quarry.v1.ResolveRequest\x1a\x1a.quarry.v1.ResolveResponse\x12=\n\x06Search\x12\x18.quarry.v1.SearchRequest\x1a\x19.quarry.v1.SearchResponse\x12O\n\x0cReadDocument\x12\x1e.quarry.v1.ReadDocumentRequest\x1a\x1f.quarry.v1.ReadDocumentResponse\x12I\n\nListFolder\x12\x1c.quarry.v1.ListFolderRequest\x1a\x1d.quarry.v1.ListFolderResponse\x12L\n\x0bGetManifest\x12\x1d.quarry.v1.GetManifestRequest\x1a\x1e.quarry.v1.GetManifestResponse\x12\x61\n\x12ListKnowledgeBases\x12$.quarry.v1.ListKnowledgeBasesRequest\x1a%.quarry.v1.ListKnowledgeBasesResponse\x12]\n\x10WatchGenerations\x12\".quarry.v1.WatchGenerationsRequest\x1a#.quarry.v1.WatchGenerationsResponse0\x01\x42\x38Z6github.com/quarry-router/quarry/gen/quarry/v1;quarryv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16quarry/v1/search.proto\x12\tquarry.v1\x1a\x15quarry/v1/types.proto\"g\n\x0eResolveRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x14\n\x05query\x18\x02 \x01(\tR\x05query\x12\x18\n\x07\x65xplain\x18\x03 \x01(\x08R\x07\x65xplain\"\x82\x03\n\x0fResolveResponse\x12%\n\x05route\x18\x01 \x01(\x0e\x32\x0f.quarry.v1.TierR\x05route\x12\x16\n\x06\x61nswer\x18\x02 \x01(\tR\x06\x61nswer\x12+\n\x11\x66\x61llback_degraded\x18\x03 \x01(\x08R\x10\x66\x61llbackDegraded\x12+\n\x07sources\x18\x04 \x03(\x0b\x32\x11.quarry.v1.SourceR\x07sources\x12\x33\n\nprefetched\x18\x05 \x03(\x0b\x32\x13.quarry.v1.DocumentR\nprefetched\x12\x1e\n\ngeneration\x18\x06 \x01(\x04R\ngeneration\x12(\n\x04gate\x18\x07 \x01(\x0b\x32\x14.quarry.v1.GateTraceR\x04gate\x12.\n\x06stages\x18\x08 \x03(\x0b\x32\x16.quarry.v1.StageTimingR\x06stages\x12\'\n\x0f\x63ontent_version\x18\t \x01(\x04R\x0e\x63ontentVersion\"x\n\rSearchRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x14\n\x05query\x18\x02 \x01(\tR\x05query\x12\x14\n\x05scope\x18\x03 \x01(\tR\x05scope\x12\x14\n\x05limit\x18\x04 \x01(\x05R\x05limit\"]\n\x0eSearchResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x11.quarry.v1.SourceR\x07results\x12\x1e\n\ngeneration\x18\x02 \x01(\x04R\ngeneration\"P\n\x13ReadDocumentRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\"g\n\x14ReadDocumentResponse\x12/\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x13.quarry.v1.DocumentR\x08\x64ocument\x12\x1e\n\ngeneration\x18\x02 \x01(\x04R\ngeneration\"d\n\x11ListFolderRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n\x05limit\x18\x03 \x01(\x05R\x05limit\"\x8c\x01\n\x0b\x46olderEntry\x12\x12\n\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n\x06\x66older\x18\x02 \x01(\x08R\x06\x66older\x12\x14\n\x05title\x18\x03 \x01(\tR\x05title\x12\x1f\n\x0bhas_summary\x18\x04 \x01(\x08R\nhasSummary\x12\x1a\n\x08\x61rchived\x18\x05 \x01(\x08R\x08\x61rchived\"|\n\x12ListFolderResponse\x12\x30\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x16.quarry.v1.FolderEntryR\x07\x65ntries\x12\x1e\n\ngeneration\x18\x02 \x01(\x04R\ngeneration\x12\x14\n\x05total\x18\x03 \x01(\x05R\x05total\";\n\x12GetManifestRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\"\x8b\x01\n\rManifestEntry\x12\x12\n\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n\x05title\x18\x02 \x01(\tR\x05title\x12\x18\n\x07summary\x18\x03 \x01(\tR\x07summary\x12\x16\n\x06tokens\x18\x04 \x01(\x05R\x06tokens\x12\x1e\n\nimportance\x18\x05 \x01(\x01R\nimportance\"\xa2\x01\n\x0cManifestLane\x12\x32\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.quarry.v1.ManifestEntryR\x07\x65ntries\x12#\n\rbudget_tokens\x18\x02 \x01(\x05R\x0c\x62udgetTokens\x12\x1f\n\x0bused_tokens\x18\x03 \x01(\x05R\nusedTokens\x12\x18\n\x07omitted\x18\x04 \x01(\x05R\x07omitted\"\xf9\x01\n\x13GetManifestResponse\x12\x35\n\tsummaries\x18\x01 \x01(\x0b\x32\x17.quarry.v1.ManifestLaneR\tsummaries\x12\x33\n\x08\x63ontexts\x18\x02 \x01(\x0b\x32\x17.quarry.v1.ManifestLaneR\x08\x63ontexts\x12-\n\x05stubs\x18\x03 \x01(\x0b\x32\x17.quarry.v1.ManifestLaneR\x05stubs\x12\x1e\n\ngeneration\x18\x04 \x01(\x04R\ngeneration\x12\'\n\x0f\x63ontent_version\x18\x05 \x01(\x04R\x0e\x63ontentVersion\"\x1b\n\x19ListKnowledgeBasesRequest\"\xae\x01\n\x12KnowledgeBaseState\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n\ngeneration\x18\x02 \x01(\x04R\ngeneration\x12%\n\x0e\x64ocument_count\x18\x03 \x01(\x05R\rdocumentCount\x12\x18\n\x07\x64omains\x18\x04 \x03(\tR\x07\x64omains\x12\'\n\x0f\x63ontent_version\x18\x05 \x01(\x04R\x0e\x63ontentVersion\"d\n\x1aListKnowledgeBasesResponse\x12\x46\n\x0fknowledge_bases\x18\x01 \x03(\x0b\x32\x1d.quarry.v1.KnowledgeBaseStateR\x0eknowledgeBases\"\x19\n\x17WatchGenerationsRequest\"|\n\x18WatchGenerationsResponse\x12\x46\n\x0fknowledge_bases\x18\x01 \x03(\x0b\x32\x1d.quarry.v1.KnowledgeBaseStateR\x0eknowledgeBases\x12\x18\n\x07removed\x18\x02 \x03(\tR\x07removed2\xbc\x04\n\rSearchService\x12@\n\x07Resolve\x12\x19.quarry.v1.ResolveRequest\x1a\x1a.quarry.v1.ResolveResponse\x12=\n\x06Search\x12\x18.quarry.v1.SearchRequest\x1a\x19.quarry.v1.SearchResponse\x12O\n\x0cReadDocument\x12\x1e.quarry.v1.ReadDocumentRequest\x1a\x1f.quarry.v1.ReadDocumentResponse\x12I\n\nListFolder\x12\x1c.quarry.v1.ListFolderRequest\x1a\x1d.quarry.v1.ListFolderResponse\x12L\n\x0bGetManifest\x12\x1d.quarry.v1.GetManifestRequest\x1a\x1e.quarry.v1.GetManifestResponse\x12\x61\n\x12ListKnowledgeBases\x12$.quarry.v1.ListKnowledgeBasesRequest\x1a%.quarry.v1.ListKnowledgeBasesResponse\x12]\n\x10WatchGenerations\x12\".quarry.v1.WatchGenerationsRequest\x1a#.quarry.v1.WatchGenerationsResponse0\x01\x42\x38Z6github.com/quarry-router/quarry/gen/quarry/v1;quarryv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'quarry.v1.search_pb2', globals())
@@ -35,29 +35,29 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _READDOCUMENTRESPONSE._serialized_start=853
   _READDOCUMENTRESPONSE._serialized_end=956
   _LISTFOLDERREQUEST._serialized_start=958
-  _LISTFOLDERREQUEST._serialized_end=1036
-  _FOLDERENTRY._serialized_start=1039
-  _FOLDERENTRY._serialized_end=1179
-  _LISTFOLDERRESPONSE._serialized_start=1181
-  _LISTFOLDERRESPONSE._serialized_end=1283
-  _GETMANIFESTREQUEST._serialized_start=1285
-  _GETMANIFESTREQUEST._serialized_end=1344
-  _MANIFESTENTRY._serialized_start=1347
-  _MANIFESTENTRY._serialized_end=1486
-  _MANIFESTLANE._serialized_start=1489
-  _MANIFESTLANE._serialized_end=1651
-  _GETMANIFESTRESPONSE._serialized_start=1654
-  _GETMANIFESTRESPONSE._serialized_end=1903
-  _LISTKNOWLEDGEBASESREQUEST._serialized_start=1905
-  _LISTKNOWLEDGEBASESREQUEST._serialized_end=1932
-  _KNOWLEDGEBASESTATE._serialized_start=1935
-  _KNOWLEDGEBASESTATE._serialized_end=2109
-  _LISTKNOWLEDGEBASESRESPONSE._serialized_start=2111
-  _LISTKNOWLEDGEBASESRESPONSE._serialized_end=2211
-  _WATCHGENERATIONSREQUEST._serialized_start=2213
-  _WATCHGENERATIONSREQUEST._serialized_end=2238
-  _WATCHGENERATIONSRESPONSE._serialized_start=2240
-  _WATCHGENERATIONSRESPONSE._serialized_end=2364
-  _SEARCHSERVICE._serialized_start=2367
-  _SEARCHSERVICE._serialized_end=2939
+  _LISTFOLDERREQUEST._serialized_end=1058
+  _FOLDERENTRY._serialized_start=1061
+  _FOLDERENTRY._serialized_end=1201
+  _LISTFOLDERRESPONSE._serialized_start=1203
+  _LISTFOLDERRESPONSE._serialized_end=1327
+  _GETMANIFESTREQUEST._serialized_start=1329
+  _GETMANIFESTREQUEST._serialized_end=1388
+  _MANIFESTENTRY._serialized_start=1391
+  _MANIFESTENTRY._serialized_end=1530
+  _MANIFESTLANE._serialized_start=1533
+  _MANIFESTLANE._serialized_end=1695
+  _GETMANIFESTRESPONSE._serialized_start=1698
+  _GETMANIFESTRESPONSE._serialized_end=1947
+  _LISTKNOWLEDGEBASESREQUEST._serialized_start=1949
+  _LISTKNOWLEDGEBASESREQUEST._serialized_end=1976
+  _KNOWLEDGEBASESTATE._serialized_start=1979
+  _KNOWLEDGEBASESTATE._serialized_end=2153
+  _LISTKNOWLEDGEBASESRESPONSE._serialized_start=2155
+  _LISTKNOWLEDGEBASESRESPONSE._serialized_end=2255
+  _WATCHGENERATIONSREQUEST._serialized_start=2257
+  _WATCHGENERATIONSREQUEST._serialized_end=2282
+  _WATCHGENERATIONSRESPONSE._serialized_start=2284
+  _WATCHGENERATIONSRESPONSE._serialized_end=2408
+  _SEARCHSERVICE._serialized_start=2411
+  _SEARCHSERVICE._serialized_end=2983
 # @@protoc_insertion_point(module_scope)

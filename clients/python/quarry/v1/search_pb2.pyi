@@ -55,20 +55,24 @@ class KnowledgeBaseState(_message.Message):
     def __init__(self, id: _Optional[str] = ..., generation: _Optional[int] = ..., document_count: _Optional[int] = ..., domains: _Optional[_Iterable[str]] = ..., content_version: _Optional[int] = ...) -> None: ...
 
 class ListFolderRequest(_message.Message):
-    __slots__ = ["knowledge_base", "path"]
+    __slots__ = ["knowledge_base", "limit", "path"]
     KNOWLEDGE_BASE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     knowledge_base: str
+    limit: int
     path: str
-    def __init__(self, knowledge_base: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+    def __init__(self, knowledge_base: _Optional[str] = ..., path: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class ListFolderResponse(_message.Message):
-    __slots__ = ["entries", "generation"]
+    __slots__ = ["entries", "generation", "total"]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[FolderEntry]
     generation: int
-    def __init__(self, entries: _Optional[_Iterable[_Union[FolderEntry, _Mapping]]] = ..., generation: _Optional[int] = ...) -> None: ...
+    total: int
+    def __init__(self, entries: _Optional[_Iterable[_Union[FolderEntry, _Mapping]]] = ..., generation: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
 
 class ListKnowledgeBasesRequest(_message.Message):
     __slots__ = []

@@ -94,9 +94,9 @@ class SearchServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def ListFolder(self, request, context):
-        """ListFolder lists the entries of one folder of the tree. NOT_FOUND when the path
-        names no folder (a document's path included); INVALID_ARGUMENT when it escapes the
-        tree.
+        """ListFolder lists the entries of one folder of the tree, all of them or the first
+        `limit`. NOT_FOUND when the path names no folder (a document's path included);
+        INVALID_ARGUMENT when it escapes the tree or the limit is negative.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
