@@ -51,8 +51,13 @@ func (r *run) record(span trace.Span) {
 		// how many characters (see shrink).
 		attribute.Int("quarry.agent.context_trims", r.trims),
 		attribute.Int("quarry.agent.context_trimmed_chars", r.trimmedChars),
-		semconv.GenAIUsageInputTokens(int(t.GetPromptTokens())),
-		semconv.GenAIUsageOutputTokens(int(t.GetCompletionTokens())),
+	}
+	// A provider that reported no usage (a server streaming without it) gave 0 and 0:
+	// counts it did not give are left out, as on each chat's span.
+	if t.GetPromptTokens() != 0 || t.GetCompletionTokens() != 0 {
+		attrs = append(attrs,
+			semconv.GenAIUsageInputTokens(int(t.GetPromptTokens())),
+			semconv.GenAIUsageOutputTokens(int(t.GetCompletionTokens())))
 	}
 	if t.GetModel() != "" {
 		attrs = append(attrs, semconv.GenAIResponseModel(t.GetModel()))

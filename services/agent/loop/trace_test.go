@@ -36,6 +36,15 @@ func TestAnswersAreTraced(t *testing.T) {
 				"quarry.agent.tool_calls": "0", "quarry.agent.stop_reason": "answered", "quarry.degraded": "false",
 				"gen_ai.usage.input_tokens": "100", "gen_ai.usage.output_tokens": "10", "gen_ai.response.model": "fake-1"}},
 		}},
+		// A provider that reports no usage: no token counts, rather than 0 and 0.
+		{"T3 without usage", false, []turn{func(ctx context.Context, req ChatRequest, onDelta func(string) error) (*ChatResponse, error) {
+			resp, err := say("Check the error budget.")(ctx, req, onDelta)
+			resp.PromptTokens, resp.CompletionTokens = 0, 0
+			return resp, err
+		}}, t3Req, []span{
+			{"agent.iteration", "agent.answer", nil},
+			{"agent.answer", "", map[string]string{"quarry.llm.calls": "1", "gen_ai.usage.input_tokens": "", "gen_ai.usage.output_tokens": ""}},
+		}},
 		{"T3 reading one more document, in the caller's span", true, []turn{use(`read_document {"path":"deploy/rollback.md"}`), say("Roll back.")}, t3Req, []span{
 			{"execute_tool read_document", "agent.iteration", map[string]string{"gen_ai.tool.name": "read_document", "gen_ai.tool.call.id": "c0", "gen_ai.operation.name": "execute_tool"}},
 			{"agent.iteration", "server", map[string]string{"quarry.tier": "single_llm", "quarry.agent.iteration": "1"}},
