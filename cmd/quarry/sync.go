@@ -81,8 +81,10 @@ func syncCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		_, err = stream.CloseAndRecv() // Send says only io.EOF; this says why
 		return statusError(err)
 	}
+	// A bar redrawn with carriage returns is noise in a log (CI, a pipe): drawn on a
+	// terminal only.
 	bar := progressbar.NewOptions(len(files), progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("uploading"),
-		progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+		progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionSetVisibility(isTerminal(stderr)))
 	for _, p := range files {
 		data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(p)))
 		if err != nil {
@@ -288,4 +290,14 @@ func isSwitch(fs *flag.FlagSet, arg string) bool {
 	}
 	b, ok := f.Value.(interface{ IsBoolFlag() bool })
 	return ok && b.IsBoolFlag()
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

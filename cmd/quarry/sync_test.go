@@ -40,6 +40,10 @@ func TestSyncCommand(t *testing.T) {
 	if !strings.Contains(out.String(), "0 rejected") || !strings.Contains(out.String(), "indexed") {
 		t.Fatalf("summary %q", out.String())
 	}
+	// Written to a log, not a terminal: no progress bar redrawn with carriage returns.
+	if strings.Contains(errOut.String(), "\r") || strings.Contains(errOut.String(), "uploading") {
+		t.Errorf("sync drew its progress bar into a log: %q", errOut.String())
+	}
 
 	c := quarryv1.NewQueryServiceClient(gw)
 	askSynced := func(q string) *quarryv1.QueryResponse {
