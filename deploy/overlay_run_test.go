@@ -183,8 +183,13 @@ func (r *overlayRun) run(dir string) {
 		otelCollector: strings.TrimPrefix(r.collector.Endpoint(), "http://"),
 		operatorLLM:   strings.TrimPrefix(r.llm.URL, "http://"),
 	}}
-	cfg, ok := r.configMaps["quarry-config"]
-	if !ok {
+	var cfg map[string]string
+	for name, data := range r.configMaps {
+		if isQuarryConfig(name) {
+			cfg = data
+		}
+	}
+	if cfg == nil {
 		t.Fatal("no ConfigMap quarry-config")
 	}
 	for k, v := range map[string]string{"QUARRY_AGENT_LLM_BASE_URL": "http://" + operatorLLM + "/v1", "QUARRY_AGENT_LLM_MODEL": "llama3.2"} {

@@ -94,7 +94,42 @@ func TestOverlaysRenderToValidObjects(t *testing.T) {
 			checkImages(t, dir, objs)
 			checkSpread(t, objs)
 			checkStartup(t, objs)
+			checkConfigRolls(t, objs)
 		})
+	}
+}
+
+// checkConfigRolls: the services read quarry-config as their environment, at start only.
+// Rendered under a name that carries a hash of its contents (a configMapGenerator) and
+// named so by every Quarry Deployment, a changed setting changes the pod template and the
+// apply rolls the pods; under a fixed name the pods kept the old settings until someone
+// restarted them.
+func checkConfigRolls(t *testing.T, objs []runtime.Object) {
+	var name string
+	for _, o := range objs {
+		if cm, ok := o.(*corev1.ConfigMap); ok && strings.HasPrefix(cm.Name, "quarry-config") {
+			if !isQuarryConfig(cm.Name) {
+				t.Errorf("ConfigMap %s: want quarry-config with a hash of its contents in its name", cm.Name)
+			}
+			name = cm.Name
+		}
+	}
+	for _, o := range objs {
+		d, ok := o.(*appsv1.Deployment)
+		if !ok || !strings.HasPrefix(d.Name, "quarry-") {
+			continue
+		}
+		var refs []string
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for _, from := range c.EnvFrom {
+				if from.ConfigMapRef != nil {
+					refs = append(refs, from.ConfigMapRef.Name)
+				}
+			}
+		}
+		if !slices.Contains(refs, name) {
+			t.Errorf("Deployment %s reads ConfigMaps %v, not the rendered quarry-config %s", d.Name, refs, name)
+		}
 	}
 }
 
@@ -355,11 +390,18 @@ func checkDrain(t *testing.T, objs []runtime.Object) {
 // quarryConfig is the rendered ConfigMap quarry-config's data (empty without one).
 func quarryConfig(objs []runtime.Object) map[string]string {
 	for _, o := range objs {
-		if cm, ok := o.(*corev1.ConfigMap); ok && cm.Name == "quarry-config" {
+		if cm, ok := o.(*corev1.ConfigMap); ok && isQuarryConfig(cm.Name) {
 			return cm.Data
 		}
 	}
 	return map[string]string{}
+}
+
+// isQuarryConfig reports whether a rendered ConfigMap's name is quarry-config's: the
+// generator adds a hash of its contents.
+func isQuarryConfig(name string) bool {
+	rest, ok := strings.CutPrefix(name, "quarry-config-")
+	return ok && len(rest) == 10
 }
 
 // checkImages: every images entry of the overlay's kustomization changes some container.
