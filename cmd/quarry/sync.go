@@ -216,18 +216,22 @@ func archiveCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	below := fs.Float64("below", 35, "importance under which a file is a candidate")
 	limit := fs.Int("limit", 20, "most candidates listed")
 	apply := fs.Bool("apply", false, "archive the candidates listed")
+	timeout := fs.Duration("timeout", time.Minute, "deadline for the listing and every archive it applies")
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
 	if *kbID == "" || !*suggest {
 		return usagef("usage: quarry archive -kb K -suggest [-below 35] [-apply]")
 	}
+	if err := checkCallFlags(*timeout, *kbID); err != nil {
+		return err
+	}
 	kc, closeConn, err := knowledgeClient(&srv)
 	if err != nil {
 		return err
 	}
 	defer closeConn()
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	resp, err := kc.SuggestArchive(ctx, &quarryv1.SuggestArchiveRequest{KnowledgeBase: *kbID, BelowImportance: *below, Limit: int32(*limit)})
 	if err != nil {
