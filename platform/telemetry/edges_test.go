@@ -163,7 +163,7 @@ func TestShutdownKeepsItsDeadline(t *testing.T) {
 // OTEL_METRICS_EXPORTER is read as OTEL_TRACES_EXPORTER is, trimmed and in any case:
 // "NONE" turned traces off but still pushed metrics over OTLP.
 func TestMetricsExporterNoneIgnoresCase(t *testing.T) {
-	for _, v := range []string{"NONE", "None", " none"} {
+	for _, v := range []string{"NONE", "None", " none", "none,none"} {
 		t.Run(v, func(t *testing.T) {
 			col := otlptest.Start(t)
 			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.Endpoint())

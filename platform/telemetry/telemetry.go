@@ -318,7 +318,8 @@ func metricsOverOTLP(getenv func(string) string) (bool, error) {
 	if v == "" {
 		return otlpConfigured(getenv, "METRICS"), nil
 	}
-	otlp, none, n := false, false, 0
+	otlp, none := false, false
+	var kinds []string // each name once, as OTEL_TRACES_EXPORTER's
 	for _, k := range listOf(v) {
 		switch k {
 		case "otlp":
@@ -329,9 +330,11 @@ func metricsOverOTLP(getenv func(string) string) (bool, error) {
 		default:
 			return false, fmt.Errorf("OTEL_METRICS_EXPORTER=%q: want otlp, prometheus or none, or a comma-separated list of otlp and prometheus (Prometheus metrics are always served)", v)
 		}
-		n++
+		if !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
 	}
-	if none && n > 1 {
+	if none && len(kinds) > 1 {
 		return false, fmt.Errorf("OTEL_METRICS_EXPORTER=%q: none pushes nothing, and cannot be listed with other exporters", v)
 	}
 	return otlp, nil
