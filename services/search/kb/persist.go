@@ -18,8 +18,14 @@ import (
 // restart carries it over.
 const signalsFile = "signals.json"
 
+// signalsVersion is the format of signalsFile this release writes and reads. Bump it
+// when a field changes meaning or name: a release reads no file of a newer format (after
+// a rollback) rather than misread it. Files written before versions were (none) are 1.
+const signalsVersion = 1
+
 // savedSignals is the content of signalsFile.
 type savedSignals struct {
+	Version int              `json:"version"`
 	Saved   time.Time        `json:"saved"`
 	Records []signals.Record `json:"records"`
 }
@@ -30,41 +36,54 @@ type savedSignals struct {
 func (r *Registry) RunSignals(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	saved := map[*signals.Store]uint64{}
-	flush := func() {
-		r.mu.RLock()
-		kbs := make([]*KB, 0, len(r.kbs))
-		for _, k := range r.kbs {
-			kbs = append(kbs, k)
-		}
-		r.mu.RUnlock()
-		for _, k := range kbs {
-			k.Signals.Flush()
-			if r.cfg.DataDir == "" {
-				continue
-			}
-			if c := k.Signals.Changes(); saved[k.Signals] != c {
-				if err := r.saveSignals(k); err != nil {
-					r.log.Warn("save signals", "kb", k.ID, "err", err)
-					continue
-				}
-				saved[k.Signals] = c
-			}
-		}
-	}
+	var sv signalSaver
 	for {
 		select {
 		case <-ctx.Done():
-			flush()
+			sv.flush(r)
 			return
 		case <-t.C:
-			flush()
+			sv.flush(r)
 		}
 	}
 }
 
+// signalSaver flushes the knowledge bases' signals and saves those that changed.
+type signalSaver struct {
+	// saved is, per current store, its Changes() when last saved (0: never).
+	saved map[*signals.Store]uint64
+}
+
+func (sv *signalSaver) flush(r *Registry) {
+	r.mu.RLock()
+	kbs := make([]*KB, 0, len(r.kbs))
+	for _, k := range r.kbs {
+		kbs = append(kbs, k)
+	}
+	r.mu.RUnlock()
+	// Only the current stores are kept: a store a reload replaced is never saved again,
+	// and holding it kept it and all its entries alive.
+	next := make(map[*signals.Store]uint64, len(kbs))
+	for _, k := range kbs {
+		k.Signals.Flush()
+		if r.cfg.DataDir == "" {
+			continue
+		}
+		last := sv.saved[k.Signals]
+		if c := k.Signals.Changes(); last != c {
+			if err := r.saveSignals(k); err != nil {
+				r.log.Warn("save signals", "kb", k.ID, "err", err)
+			} else {
+				last = c
+			}
+		}
+		next[k.Signals] = last
+	}
+	sv.saved = next
+}
+
 func (r *Registry) saveSignals(k *KB) error {
-	raw, err := json.Marshal(savedSignals{Saved: time.Now().UTC(), Records: k.Signals.Snapshot()})
+	raw, err := json.Marshal(savedSignals{Version: signalsVersion, Saved: time.Now().UTC(), Records: k.Signals.Snapshot()})
 	if err != nil {
 		return err
 	}
@@ -121,6 +140,9 @@ func (r *Registry) restoreSignals(id string, sig *signals.Store) {
 	var s savedSignals
 	if err == nil {
 		err = json.Unmarshal(raw, &s)
+	}
+	if err == nil && s.Version > signalsVersion {
+		err = fmt.Errorf("format version %d, newer than this release's %d (a rollback?); the next save replaces it", s.Version, signalsVersion)
 	}
 	if err != nil {
 		// Lost signals cost ranking hints, not correctness: start from the front matter.

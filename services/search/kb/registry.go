@@ -396,7 +396,7 @@ func (r *Registry) releaseLocked(k *KB) {
 	cur := r.kbs[k.ID]
 	r.mu.RUnlock()
 	if cur == nil || cur.ref != o || o.dirty {
-		if err := os.RemoveAll(o.dir); err != nil {
+		if err := bleve.RemoveIndexDir(o.dir); err != nil {
 			r.log.Warn("remove stale index", "kb", k.ID, "dir", o.dir, "err", err)
 		}
 	}
@@ -422,8 +422,8 @@ func nextGeneration(prev *KB) uint64 {
 }
 
 // removeStaleLocked deletes the persisted indexes of a knowledge base that no snapshot
-// uses, left by trees it served before a restart. Only folders holding a Bleve index are
-// touched. The caller holds loadMu.
+// uses, left by trees it served before a restart. Only folders holding a Bleve index (or
+// the remains of one, bleve.IsIndexDir) are touched. The caller holds loadMu.
 func (r *Registry) removeStaleLocked(id string) {
 	root := filepath.Join(r.cfg.DataDir, id)
 	entries, err := os.ReadDir(root)
@@ -435,10 +435,10 @@ func (r *Registry) removeStaleLocked(id string) {
 		if !e.IsDir() || r.open[dir] != nil {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(dir, "index_meta.json")); err != nil {
+		if !bleve.IsIndexDir(dir) {
 			continue
 		}
-		if err := os.RemoveAll(dir); err != nil {
+		if err := bleve.RemoveIndexDir(dir); err != nil {
 			r.log.Warn("remove stale index", "kb", id, "dir", dir, "err", err)
 		}
 	}

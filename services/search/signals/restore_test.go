@@ -33,6 +33,15 @@ func TestRestoreSettlesRecordsItCannotTrust(t *testing.T) {
 			wantMaturity:   tree.Draft,
 		},
 		{
+			// A record without a last access (written by hand, or by a release that
+			// named the field otherwise) decayed as if idle since year 1: importance 0
+			// and every such file demoted to draft, silently.
+			name:           "a record without a last access counts from now",
+			rec:            Record{Importance: 90, Maturity: tree.Core},
+			wantImportance: 90 * pow(0.995, 100),
+			wantMaturity:   tree.Validated,
+		},
+		{
 			name:           "a last access in the future counts from now",
 			rec:            Record{Importance: 40, Maturity: tree.Draft, LastAccess: c.now().Add(3650 * day)},
 			wantImportance: 40 * pow(0.995, 100),

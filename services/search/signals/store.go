@@ -297,9 +297,10 @@ func (s *Store) Snapshot() []Record {
 // reload: seed the new tree, then restore the old store's snapshot. Records for paths
 // not seeded (files that were removed) are ignored. Records read back from a file are
 // not trusted blindly: a maturity that is no stage keeps the seeded one (a stage no
-// threshold moves would never change again), and a last access after now (another
+// threshold moves would never change again), a last access after now (another
 // machine's clock, a hand edit) counts from now, or the importance would not decay
-// until then.
+// until then, and so does a record without one, which would otherwise have decayed
+// to nothing.
 func (s *Store) Restore(records []Record) {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
@@ -317,7 +318,7 @@ func (s *Store) Restore(records []Record) {
 			mat = seeded.mat
 		}
 		last := r.LastAccess
-		if last.After(now) {
+		if last.IsZero() || last.After(now) {
 			last = now
 		}
 		p.Store(&entry{base: imp, last: last, mat: s.settle(mat, imp), updated: seeded.updated})

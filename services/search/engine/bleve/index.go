@@ -170,8 +170,49 @@ func storedFingerprint(cfg Config) string {
 	return schemaVersion + "\x00" + cfg.Fingerprint
 }
 
+// storeDir is the folder scorch keeps its segments in, beside metaFile: a folder holding
+// these two and nothing else is Bleve's.
+const storeDir = "store"
+
+// IsIndexDir reports whether dir holds a Bleve index, or the remains of one whose
+// removal was cut short (its store folder without index_meta.json).
+func IsIndexDir(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) == 0 {
+		return false
+	}
+	for _, e := range entries {
+		switch {
+		case e.Name() == metaFile && !e.IsDir():
+		case e.Name() == storeDir && e.IsDir():
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// RemoveIndexDir deletes a Bleve index folder (see IsIndexDir), index_meta.json last, so
+// a removal cut short (a crash, a kill, a full disk) leaves a folder still recognised
+// as an index, to be removed or rebuilt later. A missing folder is no error; a folder
+// holding anything else is refused (ErrNotIndex).
+func RemoveIndexDir(dir string) error {
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if !IsIndexDir(dir) {
+		return fmt.Errorf("bleve dir %q: %w", dir, ErrNotIndex)
+	}
+	for _, name := range []string{storeDir, metaFile, ""} {
+		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("bleve remove index %q: %w", dir, err)
+		}
+	}
+	return nil
+}
+
 // removeIndexDir clears dir for a new index, refusing anything that is neither missing,
-// empty, nor a Bleve index.
+// empty, nor a Bleve index (or the remains of one: see IsIndexDir).
 func removeIndexDir(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -184,13 +225,7 @@ func removeIndexDir(dir string) error {
 		// Bleve wants to create the directory itself.
 		return os.Remove(dir)
 	}
-	if _, err := os.Stat(filepath.Join(dir, metaFile)); err != nil {
-		return fmt.Errorf("bleve dir %q: %w", dir, ErrNotIndex)
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("bleve remove stale index %q: %w", dir, err)
-	}
-	return nil
+	return RemoveIndexDir(dir)
 }
 
 func (ix *Index) load(ctx context.Context, docs []engine.Doc) error {
