@@ -273,17 +273,41 @@ func (ix *Index) ensureSettings(ctx context.Context) error {
 	if !sameSet(have.FilterableAttributes, want.FilterableAttributes) {
 		diff.FilterableAttributes, changed = want.FilterableAttributes, true
 	}
-	if len(have.StopWords) > 0 {
-		// An empty list is omitted from a settings update; only a reset clears it.
+	// Settings Quarry never sets, which someone else may have (a person at the dashboard,
+	// another tool or release), each changing what a search finds: put back to
+	// Meilisearch's defaults. An empty value is omitted from a settings update; only a
+	// reset clears one.
+	for _, r := range []struct {
+		what  string
+		set   bool
+		reset func(context.Context) (*meilisearch.TaskInfo, error)
+	}{
+		{"stop words", len(have.StopWords) > 0, ix.index.ResetStopWordsWithContext},
+		// One hit per value: the other documents sharing it were never found.
+		{"distinct attribute", have.DistinctAttribute != nil && *have.DistinctAttribute != "", ix.index.ResetDistinctAttributeWithContext},
+		{"synonyms", len(have.Synonyms) > 0, ix.index.ResetSynonymsWithContext},
+		// Tokenisation: Quarry's analysis has already split the text.
+		{"dictionary", len(have.Dictionary) > 0, ix.index.ResetDictionaryWithContext},
+		{"separator tokens", len(have.SeparatorTokens) > 0, ix.index.ResetSeparatorTokensWithContext},
+		{"non-separator tokens", len(have.NonSeparatorTokens) > 0, ix.index.ResetNonSeparatorTokensWithContext},
+		{"localized attributes", len(have.LocalizedAttributes) > 0, ix.index.ResetLocalizedAttributesWithContext},
+		{"proximity precision", have.ProximityPrecision != "" && have.ProximityPrecision != meilisearch.ByWord, ix.index.ResetProximityPrecisionWithContext},
+		// Unknown words are matched as prefixes, as in the embedded engine.
+		{"prefix search", have.PrefixSearch != nil && *have.PrefixSearch != "indexingTime", ix.index.ResetPrefixSearchWithContext},
+		{"search cutoff", have.SearchCutoffMs != 0, ix.index.ResetSearchCutoffMsWithContext},
+	} {
+		if !r.set {
+			continue
+		}
 		var info *meilisearch.TaskInfo
 		err := ix.retry(ctx, func() (err error) {
-			info, err = ix.index.ResetStopWordsWithContext(ctx)
+			info, err = r.reset(ctx)
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("meilisearch reset stop words %s: %w", ix.uid, err)
+			return fmt.Errorf("meilisearch reset %s %s: %w", r.what, ix.uid, err)
 		}
-		if err := ix.wait(ctx, info, "reset stop words"); err != nil {
+		if err := ix.wait(ctx, info, "reset "+r.what); err != nil {
 			return err
 		}
 	}

@@ -422,6 +422,16 @@ func (s *Server) indexRoute(w http.ResponseWriter, r *http.Request, uid string, 
 			ix.settings.StopWords = []string{}
 			return nil
 		})
+	case "DELETE settings/synonyms":
+		s.enqueue(w, ix.uid, "settingsUpdate", func() *apiError {
+			ix.settings.Synonyms = map[string]any{}
+			return nil
+		})
+	case "DELETE settings/distinct-attribute":
+		s.enqueue(w, ix.uid, "settingsUpdate", func() *apiError {
+			ix.settings.DistinctAttribute = nil
+			return nil
+		})
 	case "POST documents":
 		s.addDocuments(w, r, ix, body)
 	case "POST documents/fetch":
@@ -701,6 +711,14 @@ func (s *Server) updateSettings(w http.ResponseWriter, ix *index, body []byte) {
 		}
 		if p.Pagination != nil && p.Pagination.MaxTotalHits != nil {
 			st.Pagination.MaxTotalHits = *p.Pagination.MaxTotalHits
+		}
+		// Kept and reported, not applied by search.
+		if p.Synonyms != nil {
+			st.Synonyms = p.Synonyms
+		}
+		if p.DistinctAttribute != nil {
+			d := *p.DistinctAttribute
+			st.DistinctAttribute = &d
 		}
 		return nil
 	})
