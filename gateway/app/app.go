@@ -23,6 +23,7 @@ import (
 	"github.com/quarry-router/quarry/platform/limit"
 	"github.com/quarry-router/quarry/platform/telemetry"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
@@ -208,7 +209,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	service := quarryv1.QueryService_ServiceDesc.ServiceName
 	limiter := limit.New(cfg.Limits, time.Now)
 	// Auth runs before the limits: a refused key takes no token and no slot.
-	srvOpts := append(server.Options(), tlsOpt)
+	srvOpts := []grpc.ServerOption{tlsOpt}
 	srvOpts = append(srvOpts, grpcx.WithAuth(policy)...)
 	srvOpts = append(srvOpts, grpcx.WithLimits(limiter, grpcx.Methods("/"+service+"/"))...)
 	srv := cfg.Serve.NewServer(log, srvOpts...)

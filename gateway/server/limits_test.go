@@ -26,7 +26,7 @@ func serveLimited(t *testing.T, keys []auth.Key, l *limit.Limiter) string {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	router := route.New(route.DefaultConfig(), cache.NewMemory(cache.DefaultConfig(), time.Now), fakeSearch{}, fakeAgent{}, fakeGens{}, log)
-	opts := append(Options(), grpcx.WithAuth(policy)...)
+	opts := grpcx.WithAuth(policy)
 	opts = append(opts, grpcx.WithLimits(l, grpcx.Methods("/quarry.v1.QueryService/"))...)
 	srv := grpcx.NewServer(log, opts...)
 	quarryv1.RegisterQueryServiceServer(srv, New(router, log))

@@ -149,7 +149,8 @@ func (s *Server) Stop() {
 func (s *Server) Draining() <-chan struct{} { return s.draining }
 
 // NewServer returns a server with recovery and logging interceptors, message limits,
-// health and reflection. Register services on it, then call Serve.
+// INVALID_ARGUMENT for text that is not UTF-8, health and reflection. Register services
+// on it, then call Serve.
 func NewServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
 	rec := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		// The panic value alone ("assignment to entry in nil map") does not say where,
@@ -165,8 +166,11 @@ func NewServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
 		grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.NumStreamWorkers(streamWorkers()),
-		grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(rec), unaryCallLog(log)),
-		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(rec), streamCallLog(log)),
+		// Text that is not UTF-8 is the caller's mistake, INVALID_ARGUMENT (utf8.go); a
+		// service with a codec of its own passes it in opts, which come later and win.
+		grpc.ForceServerCodecV2(newUTF8Codec()),
+		grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(rec), unaryCallLog(log), unaryUTF8),
+		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(rec), streamCallLog(log), streamUTF8),
 		// Spans and RPC metrics for every call, continuing the caller's trace. With
 		// telemetry off the global providers are no-ops and this costs next to nothing.
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithFilter(traced))),

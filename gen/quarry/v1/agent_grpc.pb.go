@@ -30,9 +30,11 @@ const (
 // pre-fetched documents) and T4 (an agentic loop with read-only tools).
 type AgentServiceClient interface {
 	// Answer streams the answer text as the model produces it, then the final answer.
-	// FAILED_PRECONDITION when no LLM provider is configured; the caller then falls back
-	// to an extractive answer. An LLM that fails is not an error: the final answer is the
-	// extractive fallback, flagged degraded. Errors end the stream without a final event.
+	// INVALID_ARGUMENT for a request the fields below refuse, or text that is not UTF-8
+	// (the message names the field). FAILED_PRECONDITION when no LLM provider is
+	// configured; the caller then falls back to an extractive answer. An LLM that fails is
+	// not an error: the final answer is the extractive fallback, flagged degraded. Errors
+	// end the stream without a final event.
 	Answer(ctx context.Context, in *AnswerRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AnswerResponse], error)
 }
 
@@ -71,9 +73,11 @@ type AgentService_AnswerClient = grpc.ServerStreamingClient[AnswerResponse]
 // pre-fetched documents) and T4 (an agentic loop with read-only tools).
 type AgentServiceServer interface {
 	// Answer streams the answer text as the model produces it, then the final answer.
-	// FAILED_PRECONDITION when no LLM provider is configured; the caller then falls back
-	// to an extractive answer. An LLM that fails is not an error: the final answer is the
-	// extractive fallback, flagged degraded. Errors end the stream without a final event.
+	// INVALID_ARGUMENT for a request the fields below refuse, or text that is not UTF-8
+	// (the message names the field). FAILED_PRECONDITION when no LLM provider is
+	// configured; the caller then falls back to an extractive answer. An LLM that fails is
+	// not an error: the final answer is the extractive fallback, flagged degraded. Errors
+	// end the stream without a final event.
 	Answer(*AnswerRequest, grpc.ServerStreamingServer[AnswerResponse]) error
 	mustEmbedUnimplementedAgentServiceServer()
 }

@@ -49,7 +49,9 @@ type QueryServiceClient interface {
 	// address without keys) has too many calls in flight (64 by default,
 	// -limit-concurrency) or is over its request rate (-limit-rate, off by default): retry
 	// after the google.rpc.RetryInfo detail's delay, also sent as a "retry-after" trailer
-	// in whole seconds. INTERNAL for a fault of the gateway (a generic message).
+	// in whole seconds. A request message over 4 MiB, whatever it holds, is refused by
+	// gRPC itself with RESOURCE_EXHAUSTED and no RetryInfo: do not send it again. INTERNAL
+	// for a fault of the gateway (a generic message).
 	Query(ctx context.Context, in *QueryRequest, opts ...grpc.CallOption) (*QueryResponse, error)
 	// QueryStream answers like Query but streams the answer text of LLM tiers as it is
 	// produced. The last event always carries the complete response; answers from the
@@ -126,7 +128,9 @@ type QueryServiceServer interface {
 	// address without keys) has too many calls in flight (64 by default,
 	// -limit-concurrency) or is over its request rate (-limit-rate, off by default): retry
 	// after the google.rpc.RetryInfo detail's delay, also sent as a "retry-after" trailer
-	// in whole seconds. INTERNAL for a fault of the gateway (a generic message).
+	// in whole seconds. A request message over 4 MiB, whatever it holds, is refused by
+	// gRPC itself with RESOURCE_EXHAUSTED and no RetryInfo: do not send it again. INTERNAL
+	// for a fault of the gateway (a generic message).
 	Query(context.Context, *QueryRequest) (*QueryResponse, error)
 	// QueryStream answers like Query but streams the answer text of LLM tiers as it is
 	// produced. The last event always carries the complete response; answers from the

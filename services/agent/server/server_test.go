@@ -11,12 +11,21 @@ import (
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/grpcx/wiretest"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // serve runs an AgentService backed by a on loopback and returns a client.
 func serve(t *testing.T, a Answerer) quarryv1.AgentServiceClient {
+	t.Helper()
+	return quarryv1.NewAgentServiceClient(serveConn(t, a))
+}
+
+// serveConn runs an AgentService backed by a on loopback and returns a connection to it.
+func serveConn(t *testing.T, a Answerer) *grpc.ClientConn {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -32,7 +41,7 @@ func serve(t *testing.T, a Answerer) quarryv1.AgentServiceClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(); cancel(); <-done })
-	return quarryv1.NewAgentServiceClient(conn)
+	return conn
 }
 
 func TestAnswerStatus(t *testing.T) {
@@ -46,6 +55,10 @@ func TestAnswerStatus(t *testing.T) {
 		{"no provider is FAILED_PRECONDITION", &quarryv1.AnswerRequest{KnowledgeBase: "kb", Query: "q", Tier: quarryv1.Tier_TIER_AGENTIC}, codes.FailedPrecondition},
 		{"a non-LLM tier is INVALID_ARGUMENT", &quarryv1.AnswerRequest{KnowledgeBase: "kb", Query: "q", Tier: quarryv1.Tier_TIER_DIRECT}, codes.InvalidArgument},
 		{"a missing query is INVALID_ARGUMENT", &quarryv1.AnswerRequest{KnowledgeBase: "kb", Tier: quarryv1.Tier_TIER_SINGLE_LLM}, codes.InvalidArgument},
+		{"a missing knowledge base is INVALID_ARGUMENT", &quarryv1.AnswerRequest{Query: "q", Tier: quarryv1.Tier_TIER_SINGLE_LLM}, codes.InvalidArgument},
+		{"no tier is INVALID_ARGUMENT", &quarryv1.AnswerRequest{KnowledgeBase: "kb", Query: "q"}, codes.InvalidArgument},
+		{"a tier out of the enum's range is INVALID_ARGUMENT", &quarryv1.AnswerRequest{KnowledgeBase: "kb", Query: "q", Tier: 99}, codes.InvalidArgument},
+		{"a negative tier is INVALID_ARGUMENT", &quarryv1.AnswerRequest{KnowledgeBase: "kb", Query: "q", Tier: -1}, codes.InvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -135,4 +148,53 @@ func TestAnswerStreamsDeltasThenTheFinalAnswer(t *testing.T) {
 			t.Fatal("the answerer's context was not cancelled")
 		}
 	})
+}
+
+// Text that is not UTF-8, which Go's clients refuse to send but others send, is
+// INVALID_ARGUMENT naming the field, not the INTERNAL of a failed decode, and reaches no
+// answerer.
+func TestNonUTF8TextIsInvalidArgument(t *testing.T) {
+	conn := serveConn(t, scripted{})
+	doc := protowire.AppendTag(nil, 3, protowire.BytesType) // Document.content
+	doc = protowire.AppendString(doc, "caf\xe9")
+	tests := []struct {
+		name, field, kb, query string
+		prefetched             []byte
+	}{
+		{"query", "query", "kb", "rotate \xff keys", nil},
+		{"knowledge base", "knowledge_base", "k\xc0b", "rotate keys", nil},
+		{"a prefetched document's content", "prefetched.content", "kb", "rotate keys", doc},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var req []byte
+			req = protowire.AppendTag(req, 1, protowire.BytesType)
+			req = protowire.AppendString(req, tt.kb)
+			req = protowire.AppendTag(req, 2, protowire.BytesType)
+			req = protowire.AppendString(req, tt.query)
+			req = protowire.AppendTag(req, 3, protowire.VarintType)
+			req = protowire.AppendVarint(req, uint64(quarryv1.Tier_TIER_SINGLE_LLM))
+			if tt.prefetched != nil {
+				req = protowire.AppendTag(req, 4, protowire.BytesType)
+				req = protowire.AppendBytes(req, tt.prefetched)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			w := wiretest.Bytes(req)
+			s, err := conn.NewStream(ctx, &quarryv1.AgentService_ServiceDesc.Streams[0], quarryv1.AgentService_Answer_FullMethodName,
+				wiretest.CallOption())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.SendMsg(&w); err != nil {
+				t.Fatal(err)
+			}
+			_ = s.CloseSend()
+			var ev quarryv1.AnswerResponse
+			err = s.RecvMsg(&ev)
+			if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), tt.field) || !strings.Contains(st.Message(), "UTF-8") {
+				t.Fatalf("status = %v %q, want INVALID_ARGUMENT saying %s is not UTF-8", st.Code(), st.Message(), tt.field)
+			}
+		})
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -61,6 +62,8 @@ type writeFixture struct {
 	root     string // folder of knowledge bases (team lives in root/team)
 	syncRoot string
 	meili    *meilitest.Server
+	conn     *grpc.ClientConn // for raw requests the generated clients would refuse to send
+	addr     string
 }
 
 // startWrite serves the team knowledge base with both services on a loopback socket.
@@ -114,6 +117,7 @@ func startWrite(t *testing.T, edit func(*kb.Config, *writeFixture)) *writeFixtur
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
+	f.conn, f.addr = conn, lis.Addr().String()
 	f.search = quarryv1.NewSearchServiceClient(conn)
 	f.know = quarryv1.NewKnowledgeServiceClient(conn)
 	return f

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/auth"
@@ -184,6 +185,24 @@ func (s *Server) WatchGenerations(_ *quarryv1.WatchGenerationsRequest, stream gr
 	}
 }
 
+// maxStatusBytes bounds the message of a status: messages quote what they refuse, and a
+// long trailer is over what many clients accept (8 KiB of metadata by default in gRPC's
+// C-core and Java), which then see a transport error instead of the status.
+const maxStatusBytes = 1 << 10
+
+// clip shortens msg to at most maxStatusBytes, cutting between characters.
+func clip(msg string) string {
+	if len(msg) <= maxStatusBytes {
+		return msg
+	}
+	const more = "…"
+	cut := maxStatusBytes - len(more)
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + more
+}
+
 // checkQuery rejects what no search can answer: an empty or oversized query.
 func checkQuery(q string) error {
 	if strings.TrimSpace(q) == "" {
@@ -204,11 +223,11 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 	case errors.Is(err, kb.ErrInvalidID), errors.Is(err, tree.ErrOutsideTree), errors.Is(err, tree.ErrInvalidPath),
 		errors.Is(err, tree.ErrNotKnowledgeFile), errors.Is(err, tree.ErrSymlink), errors.Is(err, tree.ErrRejected),
 		errors.Is(err, kb.ErrDuplicatePath):
-		return status.Error(codes.InvalidArgument, err.Error())
+		return status.Error(codes.InvalidArgument, clip(err.Error()))
 	case errors.Is(err, kb.ErrUnknownKB), errors.Is(err, tree.ErrNotFound), errors.Is(err, kb.ErrNotArchived):
-		return status.Error(codes.NotFound, err.Error())
+		return status.Error(codes.NotFound, clip(err.Error()))
 	case errors.Is(err, kb.ErrExists):
-		return status.Error(codes.AlreadyExists, err.Error())
+		return status.Error(codes.AlreadyExists, clip(err.Error()))
 	case errors.Is(err, tree.ErrReadOnly):
 		// The cause names folders of the server.
 		log.ErrorContext(ctx, "knowledge base folder not writable", "err", err)
@@ -218,11 +237,11 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 		log.ErrorContext(ctx, "knowledge base volume full", "err", err)
 		return status.Error(codes.ResourceExhausted, "the knowledge base's volume is full")
 	case errors.Is(err, kb.ErrNotArchivable), errors.Is(err, kb.ErrSyncSource), errors.Is(err, tree.ErrTooManyFiles):
-		return status.Error(codes.FailedPrecondition, err.Error())
+		return status.Error(codes.FailedPrecondition, clip(err.Error()))
 	case errors.Is(err, kb.ErrEngine):
 		// The engine's own message (a failed Meilisearch task) is what an operator needs.
 		log.ErrorContext(ctx, "index write failed", "err", err)
-		return status.Error(codes.Unavailable, err.Error())
+		return status.Error(codes.Unavailable, clip(err.Error()))
 	case errors.Is(err, engine.ErrUnavailable):
 		// Meilisearch down or overloaded: UNAVAILABLE, and the gateway degrades as it
 		// does for an unreachable search service. Its retry policy would send the call

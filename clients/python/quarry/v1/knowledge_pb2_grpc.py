@@ -12,7 +12,8 @@ class KnowledgeServiceStub(object):
     generation stop being served; a call that changes nothing leaves it alone. A rejected
     file never changes anything: its previous version, if any, stays as it was.
 
-    Errors: INVALID_ARGUMENT for a malformed knowledge base id, a path that escapes the tree
+    Errors: INVALID_ARGUMENT for a malformed knowledge base id, a path that escapes the tree,
+    text that is not UTF-8 in a string field (paths included; the message names the field)
     or a file that cannot be indexed (the message says why); NOT_FOUND for an unknown
     knowledge base, file or archived full text; ALREADY_EXISTS when an archive or restore
     would overwrite a file; FAILED_PRECONDITION when the knowledge base's folder cannot be
@@ -20,9 +21,11 @@ class KnowledgeServiceStub(object):
     markdown files than it may hold (-kb-max-files; archived full texts are not counted, and
     a write that adds no file is never refused), or the file to archive is a folder summary
     or a ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload (contents and paths, and
-    256 bytes per file) exceeds 1 GiB, or when the caller has too many calls in flight or
+    256 bytes per file) exceeds 1 GiB, when the knowledge base's volume is full (the write
+    is undone), or when the caller has too many calls in flight or
     is over its request rate (-limit-*; with a google.rpc.RetryInfo detail and a
-    "retry-after" trailer); UNAUTHENTICATED and
+    "retry-after" trailer), and from gRPC itself, with no RetryInfo, for a request message
+    over 4 MiB (an UpsertFile, or one message of a SyncFiles stream); UNAUTHENTICATED and
     PERMISSION_DENIED with API keys (-auth-keys): every call of this service, reads
     included, needs a key with "write" for the knowledge base; UNAVAILABLE when the search
     engine did not confirm a write (nothing is half-applied: the files are put back as they
@@ -84,7 +87,8 @@ class KnowledgeServiceServicer(object):
     generation stop being served; a call that changes nothing leaves it alone. A rejected
     file never changes anything: its previous version, if any, stays as it was.
 
-    Errors: INVALID_ARGUMENT for a malformed knowledge base id, a path that escapes the tree
+    Errors: INVALID_ARGUMENT for a malformed knowledge base id, a path that escapes the tree,
+    text that is not UTF-8 in a string field (paths included; the message names the field)
     or a file that cannot be indexed (the message says why); NOT_FOUND for an unknown
     knowledge base, file or archived full text; ALREADY_EXISTS when an archive or restore
     would overwrite a file; FAILED_PRECONDITION when the knowledge base's folder cannot be
@@ -92,9 +96,11 @@ class KnowledgeServiceServicer(object):
     markdown files than it may hold (-kb-max-files; archived full texts are not counted, and
     a write that adds no file is never refused), or the file to archive is a folder summary
     or a ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload (contents and paths, and
-    256 bytes per file) exceeds 1 GiB, or when the caller has too many calls in flight or
+    256 bytes per file) exceeds 1 GiB, when the knowledge base's volume is full (the write
+    is undone), or when the caller has too many calls in flight or
     is over its request rate (-limit-*; with a google.rpc.RetryInfo detail and a
-    "retry-after" trailer); UNAUTHENTICATED and
+    "retry-after" trailer), and from gRPC itself, with no RetryInfo, for a request message
+    over 4 MiB (an UpsertFile, or one message of a SyncFiles stream); UNAUTHENTICATED and
     PERMISSION_DENIED with API keys (-auth-keys): every call of this service, reads
     included, needs a key with "write" for the knowledge base; UNAVAILABLE when the search
     engine did not confirm a write (nothing is half-applied: the files are put back as they
@@ -223,7 +229,8 @@ class KnowledgeService(object):
     generation stop being served; a call that changes nothing leaves it alone. A rejected
     file never changes anything: its previous version, if any, stays as it was.
 
-    Errors: INVALID_ARGUMENT for a malformed knowledge base id, a path that escapes the tree
+    Errors: INVALID_ARGUMENT for a malformed knowledge base id, a path that escapes the tree,
+    text that is not UTF-8 in a string field (paths included; the message names the field)
     or a file that cannot be indexed (the message says why); NOT_FOUND for an unknown
     knowledge base, file or archived full text; ALREADY_EXISTS when an archive or restore
     would overwrite a file; FAILED_PRECONDITION when the knowledge base's folder cannot be
@@ -231,9 +238,11 @@ class KnowledgeService(object):
     markdown files than it may hold (-kb-max-files; archived full texts are not counted, and
     a write that adds no file is never refused), or the file to archive is a folder summary
     or a ghost cue; RESOURCE_EXHAUSTED when a SyncFiles upload (contents and paths, and
-    256 bytes per file) exceeds 1 GiB, or when the caller has too many calls in flight or
+    256 bytes per file) exceeds 1 GiB, when the knowledge base's volume is full (the write
+    is undone), or when the caller has too many calls in flight or
     is over its request rate (-limit-*; with a google.rpc.RetryInfo detail and a
-    "retry-after" trailer); UNAUTHENTICATED and
+    "retry-after" trailer), and from gRPC itself, with no RetryInfo, for a request message
+    over 4 MiB (an UpsertFile, or one message of a SyncFiles stream); UNAUTHENTICATED and
     PERMISSION_DENIED with API keys (-auth-keys): every call of this service, reads
     included, needs a key with "write" for the knowledge base; UNAVAILABLE when the search
     engine did not confirm a write (nothing is half-applied: the files are put back as they

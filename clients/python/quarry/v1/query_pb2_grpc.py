@@ -60,7 +60,9 @@ class QueryServiceServicer(object):
         address without keys) has too many calls in flight (64 by default,
         -limit-concurrency) or is over its request rate (-limit-rate, off by default): retry
         after the google.rpc.RetryInfo detail's delay, also sent as a "retry-after" trailer
-        in whole seconds. INTERNAL for a fault of the gateway (a generic message).
+        in whole seconds. A request message over 4 MiB, whatever it holds, is refused by
+        gRPC itself with RESOURCE_EXHAUSTED and no RetryInfo: do not send it again. INTERNAL
+        for a fault of the gateway (a generic message).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

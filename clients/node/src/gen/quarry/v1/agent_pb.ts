@@ -178,9 +178,11 @@ export const AnswerResponseSchema: GenMessage<AnswerResponse> = /*@__PURE__*/
 export const AgentService: GenService<{
   /**
    * Answer streams the answer text as the model produces it, then the final answer.
-   * FAILED_PRECONDITION when no LLM provider is configured; the caller then falls back
-   * to an extractive answer. An LLM that fails is not an error: the final answer is the
-   * extractive fallback, flagged degraded. Errors end the stream without a final event.
+   * INVALID_ARGUMENT for a request the fields below refuse, or text that is not UTF-8
+   * (the message names the field). FAILED_PRECONDITION when no LLM provider is
+   * configured; the caller then falls back to an extractive answer. An LLM that fails is
+   * not an error: the final answer is the extractive fallback, flagged degraded. Errors
+   * end the stream without a final event.
    *
    * @generated from rpc quarry.v1.AgentService.Answer
    */

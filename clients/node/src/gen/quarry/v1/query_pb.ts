@@ -258,7 +258,9 @@ export const QueryService: GenService<{
    * address without keys) has too many calls in flight (64 by default,
    * -limit-concurrency) or is over its request rate (-limit-rate, off by default): retry
    * after the google.rpc.RetryInfo detail's delay, also sent as a "retry-after" trailer
-   * in whole seconds. INTERNAL for a fault of the gateway (a generic message).
+   * in whole seconds. A request message over 4 MiB, whatever it holds, is refused by
+   * gRPC itself with RESOURCE_EXHAUSTED and no RetryInfo: do not send it again. INTERNAL
+   * for a fault of the gateway (a generic message).
    *
    * @generated from rpc quarry.v1.QueryService.Query
    */

@@ -691,7 +691,9 @@ export const WatchGenerationsResponseSchema: GenMessage<WatchGenerationsResponse
  * check, the T2 gate and answer, and read-only access to the knowledge for the agent.
  * Every request names its knowledge base (an id as in QueryRequest.knowledge_base);
  * malformed ids get INVALID_ARGUMENT, unknown ones NOT_FOUND. Query texts are at most
- * 64 KiB; an empty or white-space-only one is INVALID_ARGUMENT. With API keys
+ * 64 KiB; an empty or white-space-only one is INVALID_ARGUMENT, and so is text that is
+ * not UTF-8 in any field (the message names the field). A request message over 4 MiB is
+ * RESOURCE_EXHAUSTED from gRPC itself, with no RetryInfo. With API keys
  * (-auth-keys): UNAUTHENTICATED for a missing or unknown key, PERMISSION_DENIED for a
  * knowledge base the key may not use. Internal: platform teams call QueryService.
  *
