@@ -198,11 +198,17 @@ func (ix *Index) open(ctx context.Context, docs []engine.Doc) error {
 
 // ensureIndex creates the index unless it exists.
 func (ix *Index) ensureIndex(ctx context.Context) error {
-	err := ix.retry(ctx, func() error {
-		_, err := ix.client.GetIndexWithContext(ctx, ix.uid)
+	var existing *meilisearch.IndexResult
+	err := ix.retry(ctx, func() (err error) {
+		existing, err = ix.client.GetIndexWithContext(ctx, ix.uid)
 		return err
 	})
 	if err == nil {
+		// An index of this name that another tool made, keyed otherwise, would fail
+		// every write with "primary key mismatch": refused here, saying what to do.
+		if pk := existing.PrimaryKey; pk != "" && pk != fieldID {
+			return fmt.Errorf("meilisearch index %s has primary key %q, not Quarry's %q: another tool's index of the same name? Delete it or choose another -meili-index-prefix", ix.uid, pk, fieldID)
+		}
 		return nil
 	}
 	if apiCode(err) != "index_not_found" {

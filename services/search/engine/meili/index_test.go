@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meilisearch/meilisearch-go"
 	"github.com/quarry-router/quarry/services/search/answer"
 	"github.com/quarry-router/quarry/services/search/engine"
 	"github.com/quarry-router/quarry/services/search/engine/enginetest"
@@ -476,4 +477,28 @@ func toStrings(v any) []string {
 		out = append(out, x.(string))
 	}
 	return out
+}
+
+// An index of the same name that another tool created with another primary key is
+// refused at Open, saying so, rather than failing at the first write with a task error
+// about documents.
+func TestOpenRefusesAnIndexWithAnotherPrimaryKey(t *testing.T) {
+	srv := meilitest.New(t, key)
+	cfg := testConfig(srv.URL, key)
+	c := meilisearch.New(srv.URL, meilisearch.WithAPIKey(key))
+	defer c.Close()
+	task, err := c.CreateIndex(&meilisearch.IndexConfig{Uid: cfg.IndexUID("kb"), PrimaryKey: "doc_id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitForTask(task.TaskUID, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	_, err = meili.Open(context.Background(), cfg, "kb", enginetest.Docs())
+	if err == nil || !strings.Contains(err.Error(), "primary key") || !strings.Contains(err.Error(), "doc_id") {
+		t.Fatalf("Open over an index keyed by doc_id = %v, want an error naming the primary key", err)
+	}
+	if n := srv.Count("POST", "/indexes/"+cfg.IndexUID("kb")+"/documents"); n != 0 {
+		t.Errorf("%d document writes sent to the foreign index, want none", n)
+	}
 }
