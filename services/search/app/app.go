@@ -121,7 +121,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	if err := config.Parse(fs, "search", args, cfg.Validate); err != nil {
 		return err
 	}
-	kbs, err := cfg.knowledgeBases()
+	kbs, err := cfg.knowledgeBases(log)
 	if err != nil {
 		return err
 	}
@@ -212,8 +212,12 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	return s.Serve(ctx, lis)
 }
 
-func (c *Config) knowledgeBases() (map[string]string, error) {
+// idRule says what a knowledge base id may be, for messages about folders that are none.
+const idRule = "ids are 1-64 of a-z, 0-9, - and _, starting with a letter or digit"
+
+func (c *Config) knowledgeBases(log *slog.Logger) (map[string]string, error) {
 	out := map[string]string{}
+	var misnamed []string
 	if c.KBRoot != "" {
 		entries, err := os.ReadDir(c.KBRoot)
 		if err != nil {
@@ -221,6 +225,12 @@ func (c *Config) knowledgeBases() (map[string]string, error) {
 		}
 		for _, e := range entries {
 			if !kb.ValidID(e.Name()) {
+				// "Runbooks" or "team docs" was skipped without a word. Hidden folders
+				// and a volume's lost+found are no knowledge base by design.
+				if name := e.Name(); e.IsDir() && !strings.HasPrefix(name, ".") && name != "lost+found" {
+					misnamed = append(misnamed, name)
+					log.Warn("folder under -kb-root skipped: its name is no knowledge base id ("+idRule+")", "folder", name)
+				}
 				continue
 			}
 			dir := filepath.Join(c.KBRoot, e.Name())
@@ -240,6 +250,9 @@ func (c *Config) knowledgeBases() (map[string]string, error) {
 		out[id] = dir
 	}
 	if len(out) == 0 {
+		if len(misnamed) > 0 {
+			return nil, fmt.Errorf("no knowledge base found under -kb-root %s: %q skipped (%s)", c.KBRoot, misnamed, idRule)
+		}
 		return nil, fmt.Errorf("no knowledge base found under -kb-root %s", c.KBRoot)
 	}
 	return out, nil

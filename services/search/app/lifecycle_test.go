@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -200,12 +201,44 @@ func TestKBRootServesKnowledgeBasesThatAreLinksToFolders(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := Config{KBRoot: kbRoot}
-	kbs, err := cfg.knowledgeBases()
+	kbs, err := cfg.knowledgeBases(slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{"plain": filepath.Join(kbRoot, "plain"), "team": filepath.Join(kbRoot, "team")}
 	if len(kbs) != len(want) || kbs["plain"] != want["plain"] || kbs["team"] != want["team"] {
 		t.Errorf("knowledge bases under -kb-root = %v, want %v", kbs, want)
+	}
+}
+
+// A folder under -kb-root whose name is no knowledge base id ("Runbooks", "team docs")
+// was skipped without a word: the operator saw a knowledge base missing and nothing
+// saying why. It is named in a warning, and in the error when nothing is left; hidden
+// folders and a volume's lost+found are not knowledge bases and pass unmentioned.
+func TestFoldersThatAreNoKnowledgeBaseIDAreNamed(t *testing.T) {
+	root := kbFolder(t, map[string]string{
+		"ops/pager.md":        "# Pager\n\nThe pager rotates weekly.\n",
+		"Runbooks/restart.md": "# Restart\n\nRestart the service.\n",
+		".git/HEAD.md":        "# not a KB\n",
+		"lost+found/x.md":     "# not a KB\n",
+	})
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	cfg := Config{KBRoot: root}
+	kbs, err := cfg.knowledgeBases(log)
+	if err != nil || len(kbs) != 1 || kbs["ops"] == "" {
+		t.Fatalf("knowledge bases = %v, %v; want ops alone", kbs, err)
+	}
+	if !strings.Contains(logs.String(), "Runbooks") || !strings.Contains(logs.String(), "a-z") {
+		t.Errorf("log %q: want a warning naming Runbooks and the id rule", logs.String())
+	}
+	if strings.Contains(logs.String(), ".git") || strings.Contains(logs.String(), "lost+found") {
+		t.Errorf("log %q names a hidden folder or lost+found", logs.String())
+	}
+
+	only := kbFolder(t, map[string]string{"Runbooks/restart.md": "# Restart\n\nRestart the service.\n"})
+	cfg = Config{KBRoot: only}
+	if _, err := cfg.knowledgeBases(log); err == nil || !strings.Contains(err.Error(), "Runbooks") {
+		t.Errorf("a root with only Runbooks: %v, want an error naming it", err)
 	}
 }
