@@ -568,13 +568,16 @@ func (r *Redis) Put(ctx context.Context, e *Entry) error {
 }
 
 // getScript reads an entry and marks it recently used, in one round trip. A key holding
-// another type (foreign data) reads as a miss.
+// another type (foreign data) reads as a miss. Marking is a write, which a Redis at
+// maxmemory that evicts nothing more refuses (OOM): the entry is served all the same,
+// unmarked, rather than the lookup failing with it (pcall).
 //
 // KEYS: entry, lru, seq.
 var getScript = redis.NewScript(`
 local v = redis.pcall('GET', KEYS[1])
 if type(v) ~= 'string' then return false end
-redis.call('ZADD', KEYS[2], 'XX', redis.call('INCR', KEYS[3]), KEYS[1])
+local n = redis.pcall('INCR', KEYS[3])
+if type(n) == 'number' then redis.pcall('ZADD', KEYS[2], 'XX', n, KEYS[1]) end
 return v
 `)
 
@@ -685,12 +688,15 @@ for i = 1, math.min(#hits, tonumber(ARGV[5])) do
   local key = ARGV[4] .. string.sub(m, 3 + 3 * hits[i][4])
   local v = redis.pcall('GET', key)
   if type(v) == 'string' then
-    redis.call('ZADD', KEYS[1], 'XX', redis.call('INCR', KEYS[2]), key)
+    -- A write, refused by a full Redis: serve the entry unmarked (see getScript).
+    local n = redis.pcall('INCR', KEYS[2])
+    if type(n) == 'number' then redis.pcall('ZADD', KEYS[1], 'XX', n, key) end
     return {v, m}
   end
   if not v then
-    -- Evicted or expired: drop the dangling member from the query's postings.
-    for j = 3, #KEYS do redis.call('ZREM', KEYS[j], m) end
+    -- Evicted or expired: drop the dangling member from the query's postings (left for
+    -- a later lookup when a full Redis refuses the write).
+    for j = 3, #KEYS do redis.pcall('ZREM', KEYS[j], m) end
   end
 end
 return false

@@ -421,3 +421,47 @@ func TestRedisLateCallsDoNotOpenTheBreakerWhileRedisIsHealthy(t *testing.T) {
 		t.Fatalf("logged %d outages of a healthy Redis", n)
 	}
 }
+
+// TestRedisAtMaxmemoryStillServesItsEntries: a Redis that is full and evicts nothing
+// more (noeviction, or a volatile policy on a server whose memory holds other
+// deployments' keys) refuses writes. The cached answers it holds must still be served:
+// marking an entry recently used is a write, and a lookup whose bookkeeping write was
+// refused failed whole, so a full Redis answered no query from the cache at all.
+func TestRedisAtMaxmemoryStillServesItsEntries(t *testing.T) {
+	srv := redistest.Start(t)
+	rc := testRedisConfig(srv.Addr, "q:")
+	client := newClient(t, rc)
+	ctx := context.Background()
+	s := cache.NewRedis(client, cache.DefaultConfig(), rc, time.Now, nil)
+	e := rotateEntry("kb", 1)
+	if err := s.Put(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
+		if err := client.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := s.Get(ctx, "kb", 1, e.Query); err != nil || string(got.Value) != "answer" {
+		t.Errorf("Get at maxmemory = %v, %v; want the stored answer", got, err)
+	}
+	if got, _, err := s.Similar(ctx, "kb", 1, []string{"rotate", "signing", "keys", "now"}); err != nil || got.Query != e.Query {
+		t.Errorf("Similar at maxmemory = %v, %v; want the stored entry", got, err)
+	}
+	// A new answer cannot be stored: answered uncached, as with Redis away.
+	other := &cache.Entry{KB: "kb", Generation: 1, Query: "deploy the service", Tokens: []string{"deploy", "service"}, Value: []byte("x")}
+	if err := s.Put(ctx, other); !errors.Is(err, cache.ErrUnavailable) {
+		t.Errorf("Put at maxmemory = %v, want ErrUnavailable", err)
+	}
+	if err := client.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The lookups at maxmemory left nothing half written: the entry is served, and still
+	// ranked in the least-recently-used index.
+	if _, err := s.Get(ctx, "kb", 1, e.Query); err != nil {
+		t.Errorf("Get after memory was freed: %v", err)
+	}
+	if n := client.ZCard(ctx, "q:lru").Val(); n != 1 {
+		t.Errorf("the LRU index holds %d entries, want 1", n)
+	}
+}
