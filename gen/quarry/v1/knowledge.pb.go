@@ -255,7 +255,10 @@ type SyncTreeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Knowledge base id: 1-64 characters of [a-z0-9_-], starting with a letter or digit.
 	KnowledgeBase string `protobuf:"bytes,1,opt,name=knowledge_base,json=knowledgeBase,proto3" json:"knowledge_base,omitempty"`
-	// Folder to read, on the search service's machine, inside its -sync-root.
+	// Folder to read, on the search service's machine, inside its -sync-root; with an API
+	// key limited to some knowledge bases, inside <sync-root>/<knowledge_base> (a sync
+	// root holds other knowledge bases' sources too). FAILED_PRECONDITION otherwise, in
+	// the same words whether the folder exists or not.
 	Source string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
 	// Keep files of the knowledge base that the folder lacks (an additive sync) instead of
 	// removing them.

@@ -72,7 +72,7 @@ type WriteConfig struct {
 
 // RegisterFlags registers the write-side flags.
 func (c *WriteConfig) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.SyncRoot, "sync-root", "", "folder SyncTree may read knowledge bases from (empty: SyncTree is refused)")
+	fs.StringVar(&c.SyncRoot, "sync-root", "", "folder SyncTree may read knowledge bases from (empty: SyncTree is refused); an API key limited to some knowledge bases may sync each only from <sync-root>/<id> or beneath")
 	fs.DurationVar(&c.Timeout, "write-timeout", 2*time.Minute, "longest a write may take to commit (files and index) before it is undone")
 	fs.Float64Var(&c.ArchiveBelow, "archive-below", 35, "SuggestArchive lists files whose importance is below this")
 	fs.IntVar(&c.GhostCueTokens, "ghost-cue-tokens", 220, "length of an archived file's ghost cue, in tokens (4 characters each)")
@@ -202,13 +202,25 @@ func (r *Registry) SyncFiles(ctx context.Context, id string, files []Upload, kee
 // SyncTree makes a knowledge base equal to a folder under WriteConfig.SyncRoot, read
 // with the loader's rules (files the loader would skip are rejected with its reason).
 func (r *Registry) SyncTree(ctx context.Context, id, source string, keepMissing bool) (*WriteResult, error) {
-	base, src, err := r.syncSource(source)
+	return r.syncTree(ctx, id, source, keepMissing, false)
+}
+
+// SyncOwnTree is SyncTree for a caller limited to some knowledge bases: the source must
+// be the folder named id under WriteConfig.SyncRoot or one beneath it, links resolved.
+// A sync root holds the sources of several knowledge bases; a key allowed to write one
+// of them must not copy another's source into its own and read it there.
+func (r *Registry) SyncOwnTree(ctx context.Context, id, source string, keepMissing bool) (*WriteResult, error) {
+	return r.syncTree(ctx, id, source, keepMissing, true)
+}
+
+func (r *Registry) syncTree(ctx context.Context, id, source string, keepMissing, own bool) (*WriteResult, error) {
+	base, src, err := r.syncSource(id, source, own)
 	if err != nil {
 		return nil, err
 	}
 	return r.write(ctx, id, true, func(cur *KB, dir *tree.Dir) (*plan, error) {
-		// Read beneath the sync root: a link swapped in on the way since syncSource
-		// checked it cannot lead out.
+		// Read beneath the allowed folder: a link swapped in on the way since
+		// syncSource checked it cannot lead out.
 		files, skips, err := tree.ReadFilesBeneath(ctx, base, src, r.cfg.Tree)
 		if err != nil {
 			return nil, fmt.Errorf("sync %s: %w", id, err)
@@ -221,36 +233,65 @@ func (r *Registry) SyncTree(ctx context.Context, id, source string, keepMissing 
 	})
 }
 
-// syncSource resolves a SyncTree source and checks it is under SyncRoot, links resolved:
-// it returns the resolved sync root and the source relative to it.
-func (r *Registry) syncSource(source string) (root, rel string, err error) {
+// syncSource resolves a SyncTree source and checks it is under SyncRoot (with own,
+// under SyncRoot/id), links resolved: it returns that folder, resolved, and the source
+// relative to it. A source is checked as written before anything is looked up, and the
+// messages quote the caller's words only: a path outside is refused alike whether it
+// exists or not, and no message names the service's folders (an operating system
+// error would: "lstat /srv/sync/x: no such file or directory").
+func (r *Registry) syncSource(id, source string, own bool) (root, rel string, err error) {
 	if r.cfg.Write.SyncRoot == "" {
 		return "", "", fmt.Errorf("%w: the service has no -sync-root; upload the files with SyncFiles", ErrSyncSource)
 	}
-	root, err = filepath.EvalSymlinks(r.cfg.Write.SyncRoot)
-	if err != nil {
-		return "", "", fmt.Errorf("%w: -sync-root: %v", ErrSyncSource, err)
+	sub, where := "", "-sync-root"
+	if own {
+		if !ValidID(id) {
+			return "", "", fmt.Errorf("%w: %q", ErrInvalidID, id)
+		}
+		sub, where = id, fmt.Sprintf("the folder %s/ of -sync-root (an API key limited to some knowledge bases syncs each from the folder named after it)", id)
 	}
-	root, _ = filepath.Abs(root)
-	src := source
+	configured, err := filepath.Abs(r.cfg.Write.SyncRoot)
+	if err != nil {
+		return "", "", fmt.Errorf("%w: -sync-root cannot be used", ErrSyncSource)
+	}
+	resolved, err := filepath.EvalSymlinks(configured)
+	if err != nil {
+		r.log.Error("-sync-root cannot be resolved", "err", err)
+		return "", "", fmt.Errorf("%w: -sync-root cannot be read", ErrSyncSource)
+	}
+	resolved, _ = filepath.Abs(resolved)
+	outside := fmt.Errorf("%w: %q is outside %s", ErrSyncSource, source, where)
+	src := filepath.Clean(source)
 	if !filepath.IsAbs(src) {
-		src = filepath.Join(root, src)
+		src = filepath.Join(resolved, src)
 	}
-	src, err = filepath.EvalSymlinks(src)
-	if err != nil {
-		return "", "", fmt.Errorf("%w: %q: %v", ErrSyncSource, source, err)
+	if !beneath(filepath.Join(resolved, sub), src) && !beneath(filepath.Join(configured, sub), src) {
+		return "", "", outside
+	}
+	if src, err = filepath.EvalSymlinks(src); err != nil {
+		return "", "", fmt.Errorf("%w: %q is not a folder under %s", ErrSyncSource, source, where)
 	}
 	src, _ = filepath.Abs(src)
-	rel, err = filepath.Rel(root, src)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return "", "", fmt.Errorf("%w: %q is outside -sync-root", ErrSyncSource, source)
+	root = filepath.Join(resolved, sub)
+	if !beneath(root, src) {
+		return "", "", outside
 	}
 	// Said here, in the caller's words: read as a folder, a file failed deep in the
 	// loader and reached the caller as an internal error.
 	if fi, err := os.Stat(src); err != nil || !fi.IsDir() {
-		return "", "", fmt.Errorf("%w: %q is not a folder", ErrSyncSource, source)
+		return "", "", fmt.Errorf("%w: %q is not a folder under %s", ErrSyncSource, source, where)
+	}
+	rel, err = filepath.Rel(root, src)
+	if err != nil {
+		return "", "", outside
 	}
 	return root, rel, nil
+}
+
+// beneath reports whether path p is dir or inside it; both are absolute and clean.
+func beneath(dir, p string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // planUploads works out a sync (or, with single, an upsert, whose rejection is an error).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/auth"
 	"github.com/quarry-router/quarry/services/search/kb"
 )
 
@@ -38,12 +40,19 @@ func NewKnowledge(reg *kb.Registry, log *slog.Logger) *Knowledge {
 	return &Knowledge{reg: reg, log: log}
 }
 
-// SyncTree makes a knowledge base equal to a folder under -sync-root.
+// SyncTree makes a knowledge base equal to a folder under -sync-root; a key limited to
+// some knowledge bases may name only a folder under -sync-root/<knowledge base>.
 func (s *Knowledge) SyncTree(ctx context.Context, req *quarryv1.SyncTreeRequest) (*quarryv1.SyncTreeResponse, error) {
 	if req.GetSource() == "" {
 		return nil, status.Error(codes.InvalidArgument, "source folder is empty")
 	}
-	res, err := s.reg.SyncTree(ctx, req.GetKnowledgeBase(), req.GetSource(), req.GetKeepMissing())
+	sync := s.reg.SyncTree
+	if c, ok := auth.CallerFrom(ctx); ok && !slices.Contains(c.KnowledgeBases, "*") {
+		// A key limited to some knowledge bases syncs each only from its own folder of
+		// -sync-root, which holds other knowledge bases' sources too.
+		sync = s.reg.SyncOwnTree
+	}
+	res, err := sync(ctx, req.GetKnowledgeBase(), req.GetSource(), req.GetKeepMissing())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}

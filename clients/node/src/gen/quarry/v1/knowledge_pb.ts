@@ -128,7 +128,10 @@ export type SyncTreeRequest = Message<"quarry.v1.SyncTreeRequest"> & {
   knowledgeBase: string;
 
   /**
-   * Folder to read, on the search service's machine, inside its -sync-root.
+   * Folder to read, on the search service's machine, inside its -sync-root; with an API
+   * key limited to some knowledge bases, inside <sync-root>/<knowledge_base> (a sync
+   * root holds other knowledge bases' sources too). FAILED_PRECONDITION otherwise, in
+   * the same words whether the folder exists or not.
    *
    * @generated from field: string source = 2;
    */
