@@ -32,6 +32,18 @@ import (
 // make a server allocate without limit.
 const MaxMessageBytes = 4 << 20
 
+// MaxConcurrentStreams bounds the calls in flight on one connection (gRPC-Go's default
+// is no bound). Callers without a key are refused by an interceptor, which runs only
+// once a call's headers and whole request are in memory; and gRPC-Go bounds the
+// handlers an HTTP/2 rapid reset (CVE-2023-44487) starts by this number only. Clients
+// queue calls past it rather than fail; per-caller limits (-limit-concurrency) stay
+// far below it.
+const MaxConcurrentStreams = 1000
+
+// MaxHeaderListBytes bounds the headers (metadata) of one call: gRPC-Go accepts 16 MiB
+// by default, gRPC's C-core and Java clients send at most 8-16 KiB.
+const MaxHeaderListBytes = 64 << 10
+
 // DrainConfig says how a server shuts down.
 type DrainConfig struct {
 	// Grace is how long the server reports NOT_SERVING before it stops accepting calls,
@@ -128,7 +140,7 @@ func (s *Server) HealthOn(addr string) (net.Addr, error) {
 	if err != nil {
 		return nil, fmt.Errorf("health listen %s: %w", addr, err)
 	}
-	s.health = grpc.NewServer()
+	s.health = grpc.NewServer(grpc.MaxConcurrentStreams(MaxConcurrentStreams), grpc.MaxHeaderListSize(MaxHeaderListBytes))
 	healthpb.RegisterHealthServer(s.health, endingHealth{s.Health, s.stopping})
 	s.healthLis = lis
 	return lis.Addr(), nil
@@ -164,6 +176,8 @@ func NewServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
 	base := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
+		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
+		grpc.MaxHeaderListSize(MaxHeaderListBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.NumStreamWorkers(streamWorkers()),
 		// Text that is not UTF-8 is the caller's mistake, INVALID_ARGUMENT (utf8.go); a
