@@ -385,3 +385,21 @@ func TestInterruptedCommandExits130(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want 130 and \"quarry query: interrupted\"", code, errOut.String())
 	}
 }
+
+// TestQueryReadsQuarryAddr: the example clients take the gateway's address from
+// $QUARRY_ADDR, and query did not: the same environment asked another gateway (or none).
+// -addr still wins.
+func TestQueryReadsQuarryAddr(t *testing.T) {
+	addr := startScripted(t, &scriptedQueryService{deltas: []string{"Rotate it."}})
+	t.Setenv("QUARRY_API_KEY", testAPIKey)
+	t.Setenv("QUARRY_ADDR", addr)
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"query", "How do I rotate the JWT signing key?"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "DIRECT") {
+		t.Fatalf("exit %d with QUARRY_ADDR=%s, want 0 and an answer: %s%s", code, addr, out.String(), errOut.String())
+	}
+	t.Setenv("QUARRY_ADDR", "127.0.0.1:1")
+	out.Reset()
+	if code := run(context.Background(), []string{"query", "-addr", addr, "How do I rotate the JWT signing key?"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d with -addr over QUARRY_ADDR, want 0: %s", code, errOut.String())
+	}
+}

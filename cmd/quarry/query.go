@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -17,7 +18,12 @@ import (
 func query(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("query", flag.ContinueOnError)
 	var srv serverFlags
-	srv.register(fs, "127.0.0.1:7700", "gateway address")
+	// The example clients' variable too: one setting for every way of asking.
+	addr := "127.0.0.1:7700"
+	if v := os.Getenv("QUARRY_ADDR"); v != "" {
+		addr = v
+	}
+	srv.register(fs, addr, "gateway address (default $QUARRY_ADDR, else 127.0.0.1:7700)")
 	kbID := fs.String("kb", "platform", "knowledge base to ask")
 	explain := fs.Bool("explain", false, "print the routing trace")
 	stream := fs.Bool("stream", false, "use QueryStream and print LLM text as it arrives")
