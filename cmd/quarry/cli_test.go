@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,6 +46,13 @@ func TestCommandLineMistakes(t *testing.T) {
 	mustWrite(t, filepath.Join(bigTree, "a.md"), "# A\nSmall.\n")
 	mustWrite(t, filepath.Join(bigTree, "ops", "changelog.md"), "# Changelog\n"+strings.Repeat("a line of history\n", 300_000))
 	listen := []string{"-listen", "127.0.0.1:0", "-search-listen", "127.0.0.1:0", "-agent-listen", "127.0.0.1:0", "-demo=false"}
+	noMarkdown := filepath.Join(dir, "gocode")
+	mustWrite(t, filepath.Join(noMarkdown, "main.go"), "package main\n")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
 
 	tests := []struct {
 		name   string
@@ -98,6 +106,13 @@ func TestCommandLineMistakes(t *testing.T) {
 		{"query with -tls-cert alone", []string{"query", "-addr", refused, "-tls-cert", file, "a question"}, 2, "-tls-cert and -tls-key go together"},
 		{"query with a key in plaintext off the host", []string{"query", "-addr", "192.0.2.1:7700", "-api-key", "qk_x", "a question"}, 2, "the key would cross the network in plaintext"},
 		{"query with a key gRPC cannot send", []string{"query", "-addr", refused, "-api-key", "qk_\xe9", "a question"}, 2, "the key is not shown"},
+		{"query of an empty question", []string{"query", "-addr", refused, "  "}, 2, "the question is empty"},
+		// What to do about a refused connection, or a key naming no knowledge base.
+		{"query where nothing listens", []string{"query", "-addr", refused, "a question"}, 1, "is Quarry running there?"},
+		{"key for a KB no id can name", []string{"key", "-name", "ci", "-kb", "platform,Bad KB"}, 2, `-kb "Bad KB" is no knowledge base id`},
+		// eval of a folder without markdown called every question out of domain, exit 0.
+		{"eval of a folder without markdown", []string{"eval", "-kb", noMarkdown, evalQuestions}, 1, "holds no markdown file"},
+		{"up on a port in use", []string{"up", "-kb-root", "../../examples/kb", "-listen", taken.Addr().String(), "-search-listen", "127.0.0.1:0", "-agent-listen", "127.0.0.1:0", "-demo=false"}, 1, "another quarry up still running?"},
 		// sync: a file over one message's size was read, sent and failed the whole sync
 		// with "trying to send message larger than max"; now refused before dialing.
 		{"sync of a file too large to send", []string{"sync", bigTree, "-kb", "big", "-addr", refused}, 1, "ops/changelog.md (5400012 bytes)"},
@@ -401,5 +416,32 @@ func TestQueryReadsQuarryAddr(t *testing.T) {
 	out.Reset()
 	if code := run(context.Background(), []string{"query", "-addr", addr, "How do I rotate the JWT signing key?"}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d with -addr over QUARRY_ADDR, want 0: %s", code, errOut.String())
+	}
+}
+
+// TestStatusErrorsSayWhatToDo: a call that reached the wrong service, or none, or went
+// without a key, said only what gRPC said ("Unimplemented: unknown service
+// quarry.v1.KnowledgeService").
+func TestStatusErrorsSayWhatToDo(t *testing.T) {
+	gateway := startScripted(t, &scriptedQueryService{deltas: []string{"Rotate it."}})
+	dir := t.TempDir()
+	mustWrite(t, filepath.Join(dir, "a.md"), "# A\n\nA note.\n")
+	tests := []struct {
+		name string
+		args []string
+		env  string // QUARRY_API_KEY
+		want string
+	}{
+		{"sync to a gateway", []string{"sync", dir, "-kb", "notes", "-addr", gateway}, testAPIKey, "sync and archive talk to the search service"},
+		{"query without a key", []string{"query", "-addr", gateway, "a question"}, "", "pass -api-key, or set $QUARRY_API_KEY"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("QUARRY_API_KEY", tt.env)
+			var out, errOut bytes.Buffer
+			if code := run(context.Background(), tt.args, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), tt.want) {
+				t.Errorf("exit %d, stderr %q; want 1 and %q", code, errOut.String(), tt.want)
+			}
+		})
 	}
 }

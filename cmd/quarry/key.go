@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/quarry-router/quarry/platform/auth"
+	"github.com/quarry-router/quarry/services/search/kb"
 )
 
 // keyPrefix marks Quarry API keys, so that a leaked one is recognisable (secret
@@ -44,6 +45,13 @@ func keyCmd(args []string, stdout, stderr io.Writer) error {
 		return usagef("-name is required: logs and limits name the key by it")
 	case len(entry.KnowledgeBases) == 0:
 		return usagef(`-kb is required: the knowledge bases the key may use, or "*" for all`)
+	}
+	// A name no knowledge base can have ("Bad KB", a pasted path) granted nothing,
+	// without a word from the key command or from the services that load the entry.
+	for _, id := range entry.KnowledgeBases {
+		if id != "*" && !kb.ValidID(id) {
+			return usagef("-kb %q is no knowledge base id (1-64 of a-z, 0-9, - and _, starting with a letter or digit), nor \"*\"", id)
+		}
 	}
 	key, err := newKey()
 	if err != nil {

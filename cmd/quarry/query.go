@@ -12,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
-	"google.golang.org/grpc/status"
 )
 
 func query(ctx context.Context, args []string, stdout io.Writer) error {
@@ -37,6 +36,9 @@ func query(ctx context.Context, args []string, stdout io.Writer) error {
 		return usagef(`a question is required: quarry query [-kb K] "question"`)
 	}
 	question := strings.Join(fs.Args(), " ")
+	if strings.TrimSpace(question) == "" {
+		return usagef(`the question is empty: quarry query [-kb K] "question"`)
+	}
 	if err := checkCallFlags(*timeout, *kbID); err != nil {
 		return err
 	}
@@ -67,8 +69,7 @@ func query(ctx context.Context, args []string, stdout io.Writer) error {
 		if streamed != "" {
 			fmt.Fprintln(stdout) // end the partial answer's line before the error
 		}
-		st := status.Convert(err)
-		return fmt.Errorf("%s: %s", st.Code(), st.Message())
+		return statusError(err)
 	}
 	if streamed != "" {
 		// The deltas are the answer (they concatenate to it), already on the screen:

@@ -15,6 +15,7 @@ import (
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/quarry-router/quarry/platform/kbpath"
 	"github.com/schollz/progressbar/v3"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -256,7 +257,29 @@ func archiveCmd(ctx context.Context, args []string, stdout io.Writer) error {
 
 func statusError(err error) error {
 	st := status.Convert(err)
-	return fmt.Errorf("%s: %s", st.Code(), st.Message())
+	return fmt.Errorf("%s: %s%s", st.Code(), st.Message(), statusHint(st))
+}
+
+// statusHint says what to do about the failures a command line causes: the wrong
+// address, or the wrong service at it, or no key.
+func statusHint(st *status.Status) string {
+	msg := st.Message()
+	switch st.Code() {
+	case codes.Unavailable:
+		if strings.Contains(msg, "connection refused") {
+			return " (is Quarry running there? `quarry up` serves the gateway on 127.0.0.1:7700 and the search service on 127.0.0.1:7701; -addr names another)"
+		}
+	case codes.Unimplemented:
+		switch {
+		case strings.Contains(msg, "quarry.v1.KnowledgeService"):
+			return " (-addr names a gateway: sync and archive talk to the search service, 127.0.0.1:7701 by default)"
+		case strings.Contains(msg, "quarry.v1.QueryService"):
+			return " (-addr names a search service: query talks to the gateway, 127.0.0.1:7700 by default)"
+		}
+	case codes.Unauthenticated:
+		return " (pass -api-key, or set $QUARRY_API_KEY)"
+	}
+	return ""
 }
 
 // reorderArgs lets flags follow the positional argument ("sync DIR -kb K"), which the

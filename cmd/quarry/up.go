@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -180,6 +181,11 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			return nil // Ctrl-C during start-up
+		}
+		if errors.Is(err, syscall.EADDRINUSE) {
+			// Most often an earlier "quarry up" still running: "go run ... &" and
+			// "kill $!" stop the go tool, not the program it started.
+			return fmt.Errorf("%w (another quarry up still running? stop it, or choose other ports with -listen, -search-listen and -agent-listen)", err)
 		}
 		return err
 	}
