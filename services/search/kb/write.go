@@ -752,7 +752,7 @@ func (r *Registry) write(ctx context.Context, id string, create bool, plan plann
 	if fresh && len(p.ops) == 0 {
 		if cur.Tree.Len() == 0 {
 			_ = os.Remove(cur.Tree.Root)
-			return nil, fmt.Errorf("%w: %q (nothing to create it from)", ErrUnknownKB, id)
+			return nil, fmt.Errorf("%w: %q (nothing to create it from%s)", ErrUnknownKB, id, rejections(p.files))
 		}
 		k, err := r.loadLocked(ctx, id, cur.Tree.Root)
 		if err != nil {
@@ -1091,4 +1091,32 @@ func reason(err error) string {
 		msg = strings.TrimPrefix(msg, prefix)
 	}
 	return msg
+}
+
+// rejections says why the files of a first sync were all refused, as the caller would
+// read them for a knowledge base that exists: the first few, with their reasons.
+func rejections(files []FileResult) string {
+	const shown = 5
+	var b strings.Builder
+	n := 0
+	for _, f := range files {
+		if f.Outcome != Rejected {
+			continue
+		}
+		if n < shown {
+			fmt.Fprintf(&b, "; %s: %s", f.Path, f.Reason)
+		}
+		n++
+	}
+	if n == 0 {
+		return ""
+	}
+	if n > shown {
+		fmt.Fprintf(&b, "; and %d more", n-shown)
+	}
+	noun := "files"
+	if n == 1 {
+		noun = "file"
+	}
+	return fmt.Sprintf(": %d %s rejected%s", n, noun, b.String())
 }

@@ -301,3 +301,22 @@ func TestUndoneFirstSyncLeavesNoFolder(t *testing.T) {
 		t.Errorf("the undone first sync left its folder: %v", err)
 	}
 }
+
+// TestAFirstSyncWhoseFilesAreAllRejectedSaysWhy: the files' reasons were lost and the
+// caller read only "unknown knowledge base "badkb" (nothing to create it from)", where
+// a sync into an existing KB lists each rejected file with its reason.
+func TestAFirstSyncWhoseFilesAreAllRejectedSaysWhy(t *testing.T) {
+	cfg := defaultConfig(t)
+	cfg.Write.NewRoot = t.TempDir()
+	reg := newRegistry(t, cfg)
+	_, err := reg.SyncFiles(context.Background(), "badkb", []kb.Upload{
+		{Path: "a.md", Data: []byte("---\nimportance: 500\n---\n# A\n")},
+		{Path: "b.md", Data: []byte("---\ntags: [unclosed\n---\n# B\n")},
+	}, false)
+	if !errors.Is(err, kb.ErrUnknownKB) || !strings.Contains(err.Error(), "a.md") || !strings.Contains(err.Error(), "importance") || !strings.Contains(err.Error(), "b.md") {
+		t.Fatalf("SyncFiles of two rejected files into a new KB = %v, want ErrUnknownKB naming each file and why", err)
+	}
+	if _, err := reg.Get("badkb"); !errors.Is(err, kb.ErrUnknownKB) {
+		t.Errorf("the refused first sync created the knowledge base: %v", err)
+	}
+}
