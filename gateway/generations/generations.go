@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,6 +121,15 @@ func (w *Watcher) Updated() <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.changed
+}
+
+// Names lists the knowledge bases of the current state, sorted (none before the first).
+func (w *Watcher) Names() []string {
+	m := w.snap.Load()
+	if m == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(*m))
 }
 
 // Ready returns a channel that is closed once the first state has arrived.

@@ -297,6 +297,9 @@ type Combined struct {
 // knowledge bases exist.
 func (c Combined) Ready() <-chan struct{} { return c.Local.Ready() }
 
+// Names implements route.Generations, from the search service's view.
+func (c Combined) Names() []string { return c.Local.Names() }
+
 // State implements route.Generations: the search service's state, or the shared
 // view's when its generation is greater. The shared view may hold another search
 // replica's generation of the very content this gateway's own search holds (replicas

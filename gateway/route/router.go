@@ -18,6 +18,7 @@ import (
 	"github.com/quarry-router/quarry/gateway/cache"
 	"github.com/quarry-router/quarry/gateway/generations"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/auth"
 	"github.com/quarry-router/quarry/platform/text"
 	"github.com/quarry-router/quarry/platform/workers"
 	"go.opentelemetry.io/otel/attribute"
@@ -45,6 +46,8 @@ type Generations interface {
 	State(kb string) (st generations.State, ok bool, err error)
 	// Ready is closed once the first state has arrived.
 	Ready() <-chan struct{}
+	// Names lists the knowledge bases the search service serves, sorted.
+	Names() []string
 }
 
 // Router answers queries from the fastest tier that can.
@@ -154,7 +157,7 @@ func (r *Router) Query(ctx context.Context, req *quarryv1.QueryRequest, onDelta 
 		return nil, fmt.Errorf("%w: generation of %q: %w", ErrUnavailable, c.kb, err)
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w %q", ErrUnknownKB, c.kb)
+		return nil, fmt.Errorf("%w %q%s", ErrUnknownKB, c.kb, r.mayUse(ctx))
 	}
 	c.gen, c.key = st.Generation, st.CacheKey()
 
@@ -878,4 +881,24 @@ func (c *call) stageSince(name string, start time.Time, outcome string) {
 		Name: name, Duration: durationpb.New(now.Sub(start)), Outcome: outcome,
 	})
 	c.mark = now
+}
+
+// mayUse names, for the message of an unknown knowledge base, the ones the caller may
+// use (at most ten): "unknown knowledge base "platfrom"" left the caller guessing, and no
+// call of the QueryService lists them. Never one the caller's key may not use.
+func (r *Router) mayUse(ctx context.Context) string {
+	const shown = 10
+	var names []string
+	for _, n := range r.gens.Names() {
+		if auth.Allowed(ctx, n) {
+			names = append(names, n)
+		}
+	}
+	switch {
+	case len(names) == 0:
+		return ""
+	case len(names) > shown:
+		return fmt.Sprintf(" (knowledge bases you may use: %s, and %d more)", strings.Join(names[:shown], ", "), len(names)-shown)
+	}
+	return " (knowledge bases you may use: " + strings.Join(names, ", ") + ")"
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -40,6 +41,12 @@ type fakeGens struct {
 }
 
 var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (f *fakeGens) Names() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Sorted(maps.Keys(f.gens))
+}
 
 func (f *fakeGens) Ready() <-chan struct{} {
 	f.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,5 +84,34 @@ func TestARefusedStreamTakesNoToken(t *testing.T) {
 	}
 	if _, err := c.Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "rotate keys"}); err != nil {
 		t.Errorf("first allowed Query after one denied unary and one denied stream: %v", err)
+	}
+}
+
+// TestAnUnknownKnowledgeBaseNamesTheOnesTheCallerMayUse: "unknown knowledge base
+// "platfrom"" left the caller guessing, with no call that lists them. The message names
+// the knowledge bases the caller may use, and none it may not.
+func TestAnUnknownKnowledgeBaseNamesTheOnesTheCallerMayUse(t *testing.T) {
+	const teamKey, allKey = "qk_team_0123456789", "qk_all_0123456789"
+	addr := serveLimited(t, []auth.Key{
+		{Name: "team", SHA256: auth.HashKey(teamKey), KnowledgeBases: []string{"kb", "platfrom"}},
+		{Name: "all", SHA256: auth.HashKey(allKey), KnowledgeBases: []string{"*"}},
+	}, limit.New(limit.Config{Limits: limit.Limits{Rate: 1000, Burst: 1000, Concurrency: 10}}, time.Now))
+	tests := []struct {
+		key, kb string
+		want    string
+		hidden  string
+	}{
+		{teamKey, "platfrom", `unknown knowledge base "platfrom" (knowledge bases you may use: kb)`, "secret-hr"},
+		{allKey, "nope", `unknown knowledge base "nope" (knowledge bases you may use: kb, secret-hr)`, ""},
+	}
+	for _, tt := range tests {
+		_, err := keyedClient(t, addr, tt.key).Query(context.Background(), &quarryv1.QueryRequest{KnowledgeBase: tt.kb, Query: "rotate keys"})
+		st := status.Convert(err)
+		if st.Code() != codes.NotFound || st.Message() != tt.want {
+			t.Errorf("%s: %v, want NOT_FOUND %q", tt.kb, err, tt.want)
+		}
+		if tt.hidden != "" && strings.Contains(st.Message(), tt.hidden) {
+			t.Errorf("%s: %q names %s, which the key may not use", tt.kb, st.Message(), tt.hidden)
+		}
 	}
 }

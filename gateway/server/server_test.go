@@ -63,8 +63,10 @@ func (fakeAgent) Answer(_ context.Context, _ *quarryv1.AnswerRequest, onDelta fu
 type fakeGens struct{}
 
 func (fakeGens) State(kb string) (generations.State, bool, error) {
-	return generations.State{Generation: 1}, kb == "kb", nil
+	return generations.State{Generation: 1}, kb == "kb" || kb == "secret-hr", nil
 }
+
+func (fakeGens) Names() []string { return []string{"kb", "secret-hr"} }
 
 func (fakeGens) Ready() <-chan struct{} {
 	c := make(chan struct{})
