@@ -445,3 +445,41 @@ func TestStatusErrorsSayWhatToDo(t *testing.T) {
 		})
 	}
 }
+
+// TestExplainLabelsItsNumbers: the sources showed the ranking score unlabelled beside a
+// gate line of relevance ("sources: 0.814" against "top=0.90"), and an out-of-domain
+// answer printed "top=0.000 second=0.000 decision=\"\"" for a gate that never ran, above
+// a result of relevance 0.998. Each number says what it is; a gate that did not run
+// shows no numbers.
+func TestExplainLabelsItsNumbers(t *testing.T) {
+	src := &quarryv1.Source{Path: "auth/jwt/rotation.md", Title: "Rotation", Score: 0.814, Relevance: 0.94}
+	tests := []struct {
+		name     string
+		resp     *quarryv1.QueryResponse
+		want     []string
+		dontWant []string
+	}{
+		{"a direct answer", &quarryv1.QueryResponse{Tier: quarryv1.Tier_TIER_DIRECT, Sources: []*quarryv1.Source{src},
+			Explain: &quarryv1.Explain{Gate: &quarryv1.GateTrace{TopRelevance: 0.94, SecondRelevance: 0.5, DirectDecision: "direct"}}},
+			[]string{"R=0.940 score=0.814  auth/jwt/rotation.md", "top_R=0.940 second_R=0.500 decision=\"direct\""}, nil},
+		{"out of domain", &quarryv1.QueryResponse{Tier: quarryv1.Tier_TIER_OUT_OF_DOMAIN,
+			Explain: &quarryv1.Explain{Gate: &quarryv1.GateTrace{OutOfDomainRule: "unfamiliar_words"}}},
+			[]string{`ood_rule="unfamiliar_words" (the relevance gate did not run)`}, []string{"top_R=", "decision="}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b bytes.Buffer
+			printResponse(&b, tt.resp, time.Millisecond, false)
+			for _, w := range tt.want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, b.String())
+				}
+			}
+			for _, w := range tt.dontWant {
+				if strings.Contains(b.String(), w) {
+					t.Errorf("output holds %q:\n%s", w, b.String())
+				}
+			}
+		})
+	}
+}

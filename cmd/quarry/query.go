@@ -153,7 +153,9 @@ func printResponse(w io.Writer, resp *quarryv1.QueryResponse, rtt time.Duration,
 			if s.GetArchived() {
 				flag = " [archived]"
 			}
-			fmt.Fprintf(w, "  %.3f  %s  %s%s\n", s.GetScore(), s.GetPath(), s.GetTitle(), flag)
+			// R is the calibrated relevance the gates decide on, score the compound
+			// ranking score that orders the sources (README, "Calibration").
+			fmt.Fprintf(w, "  R=%.3f score=%.3f  %s  %s%s\n", s.GetRelevance(), s.GetScore(), s.GetPath(), s.GetTitle(), flag)
 		}
 	}
 	if withAnswer {
@@ -177,9 +179,13 @@ func printExplain(w io.Writer, ex *quarryv1.Explain) {
 		fmt.Fprintln(w)
 	}
 	if g := ex.GetGate(); g != nil {
-		fmt.Fprintf(w, "  gate: search=%q scope=%q all_terms=%v entity=%v ood_rule=%q top=%.3f second=%.3f decision=%q\n",
-			g.GetSearchText(), g.GetScope(), g.GetAllTermsMatched(), g.GetEntityTerms(), g.GetOutOfDomainRule(),
-			g.GetTopRelevance(), g.GetSecondRelevance(), g.GetDirectDecision())
+		fmt.Fprintf(w, "  gate: search=%q scope=%q all_terms=%v entity=%v", g.GetSearchText(), g.GetScope(), g.GetAllTermsMatched(), g.GetEntityTerms())
+		if rule := g.GetOutOfDomainRule(); rule != "" && g.GetDirectDecision() == "" {
+			// The out-of-domain check decided first: the relevance gate has no numbers.
+			fmt.Fprintf(w, " ood_rule=%q (the relevance gate did not run)\n", rule)
+		} else {
+			fmt.Fprintf(w, " ood_rule=%q top_R=%.3f second_R=%.3f decision=%q\n", rule, g.GetTopRelevance(), g.GetSecondRelevance(), g.GetDirectDecision())
+		}
 		for _, r := range g.GetResults() {
 			fmt.Fprintf(w, "    %-48s bm25=%.2f cov=%.2f R=%.3f imp=%.0f rec=%.2f boost=%.2f score=%.3f %s\n",
 				r.GetPath(), r.GetEngineScore(), r.GetCoverage(), r.GetRelevance(), r.GetImportance(), r.GetRecency(), r.GetBoost(), r.GetScore(), r.GetPropagatedFrom())
