@@ -42,12 +42,31 @@ func TestOneTraceSpansTheChain(t *testing.T) {
 		t.Fatalf("tier %v degraded %v, want an AGENTIC LLM answer", resp.Tier, resp.Degraded)
 	}
 
-	// Server spans end after the response is written; wait for the gateway's.
+	// Every hop must be in the query's trace.
+	wanted := []struct {
+		name string
+		kind trace.SpanKind
+	}{
+		{"quarry.v1.SearchService/Resolve", trace.SpanKindClient},
+		{"quarry.v1.SearchService/Resolve", trace.SpanKindServer},
+		{"search.search", trace.SpanKindInternal},
+		{"search.gate", trace.SpanKindInternal},
+		{"quarry.v1.AgentService/Answer", trace.SpanKindClient},
+		{"quarry.v1.AgentService/Answer", trace.SpanKindServer},
+		{"quarry.v1.SearchService/Search", trace.SpanKindServer}, // the agent's search tool
+		{"quarry.v1.SearchService/ReadDocument", trace.SpanKindServer},
+	}
+	// Server spans end after their response is written: the gateway's may end before
+	// the agent's, whose answer it has already streamed on. Wait for them all.
 	deadline := time.Now().Add(5 * time.Second)
 	var spans tracetest.SpanStubs
 	for time.Now().Before(deadline) {
 		spans = exp.GetSpans()
-		if hasSpan(spans, "quarry.v1.QueryService/Query", trace.SpanKindServer) {
+		all := hasSpan(spans, "quarry.v1.QueryService/Query", trace.SpanKindServer)
+		for _, w := range wanted {
+			all = all && hasSpan(spans, w.name, w.kind)
+		}
+		if all {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -63,20 +82,7 @@ func TestOneTraceSpansTheChain(t *testing.T) {
 		}
 		byID[s.SpanContext.SpanID()] = s
 	}
-	// Every hop must be in the query's trace.
-	for _, want := range []struct {
-		name string
-		kind trace.SpanKind
-	}{
-		{"quarry.v1.SearchService/Resolve", trace.SpanKindClient},
-		{"quarry.v1.SearchService/Resolve", trace.SpanKindServer},
-		{"search.search", trace.SpanKindInternal},
-		{"search.gate", trace.SpanKindInternal},
-		{"quarry.v1.AgentService/Answer", trace.SpanKindClient},
-		{"quarry.v1.AgentService/Answer", trace.SpanKindServer},
-		{"quarry.v1.SearchService/Search", trace.SpanKindServer}, // the agent's search tool
-		{"quarry.v1.SearchService/ReadDocument", trace.SpanKindServer},
-	} {
+	for _, want := range wanted {
 		s := findIn(byID, want.name, want.kind)
 		if s == nil {
 			t.Errorf("no %v span %q in the query's trace", want.kind, want.name)
@@ -464,11 +470,13 @@ func TestTheCallersSamplingDecisionHoldsAcrossTheChain(t *testing.T) {
 			if resp.GetTier() == quarryv1.Tier_TIER_EXACT_CACHE || resp.GetTier() == quarryv1.Tier_TIER_FUZZY_CACHE {
 				t.Fatalf("answered by %v: the query must reach the search service", resp.GetTier())
 			}
-			// Server spans end after the response is written: wait for the gateway's,
-			// or, unsampled, long enough for it to have come.
+			// Server spans end after the response is written: wait for the gateway's and
+			// the search's (which may end after the gateway's), or, unsampled, long
+			// enough for them to have come.
 			var spans tracetest.SpanStubs
 			for deadline := time.Now().Add(map[bool]time.Duration{true: 5 * time.Second, false: 300 * time.Millisecond}[tc.sampled]); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-				if spans = exp.GetSpans(); hasSpan(spans, "quarry.v1.QueryService/Query", trace.SpanKindServer) {
+				if spans = exp.GetSpans(); hasSpan(spans, "quarry.v1.QueryService/Query", trace.SpanKindServer) &&
+					hasSpan(spans, "quarry.v1.SearchService/Resolve", trace.SpanKindServer) {
 					break
 				}
 			}
