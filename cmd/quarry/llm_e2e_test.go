@@ -186,7 +186,7 @@ func llmScenarios() []llmScenario {
 				if got := strings.Join(reqs[2].Roles(), ","); got != "system,user,assistant,tool,assistant,tool" {
 					t.Errorf("roles %s", got)
 				}
-				if found := reqs[1].Messages[3].Text(); !strings.Contains(found, "results for \"on-call paging alert routing\"") {
+				if found := reqs[1].Messages[3].Text(); !strings.Contains(found, " for \"on-call paging alert routing\", best first") {
 					t.Errorf("search result %.300q", found)
 				}
 				if !hasSource(resp, "observability/alerts/alert-routing.md") {

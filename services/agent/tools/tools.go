@@ -282,7 +282,11 @@ func (s *Set) search(ctx context.Context, kb string, a args) (Result, error) {
 		fmt.Fprintf(&b, "No document matches %q%s.", query, where)
 		return Result{Text: b.String()}, nil
 	}
-	fmt.Fprintf(&b, "%d results for %q%s, best first:\n", len(results), query, where)
+	noun := "results"
+	if len(results) == 1 {
+		noun = "result"
+	}
+	fmt.Fprintf(&b, "%d %s for %q%s, best first:\n", len(results), noun, query, where)
 	for i, r := range results {
 		fmt.Fprintf(&b, "\n%d. `%s` — %s (relevance %.2f", i+1, r.GetPath(), oneLine(r.GetTitle()), r.GetRelevance())
 		if r.GetArchived() {

@@ -181,7 +181,7 @@ func TestToolResults(t *testing.T) {
 		doc              string
 	}{
 		{"search lists paths, titles, relevance and a one-line passage", Search, `{"query":"rotation","scope":"auth/"}`,
-			[]string{"1 results for \"rotation\" under `auth`", "`auth/jwt/rotation.md` — Key rotation (relevance 0.81)", "Rotate the signing key"}, ""},
+			[]string{"1 result for \"rotation\" under `auth`", "`auth/jwt/rotation.md` — Key rotation (relevance 0.81)", "Rotate the signing key"}, ""},
 		{"read_document returns the document and its related paths", ReadDocument, `{"path":"auth/jwt/rotation.md"}`,
 			[]string{"path: auth/jwt/rotation.md", "title: Key rotation", "related: auth/jwt/validation.md, auth/gone.md", "every 90 days"}, "auth/jwt/rotation.md"},
 		{"a long document is cut", ReadDocument, `{"path":"big.md"}`, []string{"[200 more characters cut]"}, "big.md"},

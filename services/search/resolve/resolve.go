@@ -276,7 +276,7 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 	}
 
 	ranked := r.rank(k, pq, cands)
-	clock.stage(&res.Stages, "rank", fmt.Sprintf("%d results", len(ranked)), nil)
+	clock.stage(&res.Stages, "rank", plural(len(ranked), "result"), nil)
 
 	rule, ood := r.cfg.Gate.OutOfDomain(gate.OODInput{
 		Results:         ranked,
@@ -337,7 +337,7 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 		res.Answer = answer.Extractive(q, pq.oodTerms, ranked, func(d *tree.Document) string { return res.Excerpts[d.Path] }, k.Corpus.Contains,
 			"no LLM answered; these are the passages of the knowledge base that best match the question")
 	}
-	clock.stage(&res.Stages, "answer", fmt.Sprintf("%d documents", len(docs)), nil)
+	clock.stage(&res.Stages, "answer", plural(len(docs), "document"), nil)
 	return res, nil
 }
 
@@ -616,3 +616,11 @@ func (c *clock) stage(stages *[]Stage, name, outcome string, attrs func() []attr
 
 // Config returns the resolver's settings, for traces that report thresholds.
 func (r *Resolver) Config() Config { return r.cfg }
+
+// plural counts n of noun for the explain trace: "1 result", "3 results".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
