@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,11 +47,6 @@ func TestCommandLineMistakes(t *testing.T) {
 	listen := []string{"-listen", "127.0.0.1:0", "-search-listen", "127.0.0.1:0", "-agent-listen", "127.0.0.1:0", "-demo=false"}
 	noMarkdown := filepath.Join(dir, "gocode")
 	mustWrite(t, filepath.Join(noMarkdown, "main.go"), "package main\n")
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer taken.Close()
 
 	tests := []struct {
 		name   string
@@ -112,7 +106,6 @@ func TestCommandLineMistakes(t *testing.T) {
 		{"key for a KB no id can name", []string{"key", "-name", "ci", "-kb", "platform,Bad KB"}, 2, `-kb "Bad KB" is no knowledge base id`},
 		// eval of a folder without markdown called every question out of domain, exit 0.
 		{"eval of a folder without markdown", []string{"eval", "-kb", noMarkdown, evalQuestions}, 1, "holds no markdown file"},
-		{"up on a port in use", []string{"up", "-kb-root", "../../examples/kb", "-listen", taken.Addr().String(), "-search-listen", "127.0.0.1:0", "-agent-listen", "127.0.0.1:0", "-demo=false"}, 1, "another quarry up still running?"},
 		// sync: a file over one message's size was read, sent and failed the whole sync
 		// with "trying to send message larger than max"; now refused before dialing.
 		{"sync of a file too large to send", []string{"sync", bigTree, "-kb", "big", "-addr", refused}, 1, "ops/changelog.md (5400012 bytes)"},

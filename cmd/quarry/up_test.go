@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -154,4 +156,24 @@ func TestUpDemoWithAPIKeys(t *testing.T) {
 			t.Errorf("exit %d, want the demo and 0:\n%s", code, out)
 		}
 	})
+}
+
+// TestUpOnAPortInUseSaysWhy: the likeliest cause is an earlier "quarry up" still running
+// ("go run ... up &" and "kill $!" stop the go tool, not the program it started), and
+// the error said only "address already in use". Run in a child process: up installs the
+// process's telemetry providers, which the tests in this one share.
+func TestUpOnAPortInUseSaysWhy(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestQuarryCommand$", "--", "up", "-kb-root", "../../examples/kb",
+		"-listen", taken.Addr().String(), "-search-listen", "127.0.0.1:0", "-agent-listen", "127.0.0.1:0", "-demo=false")
+	cmd.Env = append(os.Environ(), quarryCommandEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "another quarry up still running?") {
+		t.Fatalf("quarry up on a port in use: %v\n%s\nwant exit 1 naming the likely cause", err, out)
+	}
 }
