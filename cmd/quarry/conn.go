@@ -36,14 +36,7 @@ func (s *serverFlags) dial() (*grpc.ClientConn, error) {
 		// "-addr gateway" dialled port 443, "-addr host:77OO" failed as UNAVAILABLE.
 		return nil, usagef("-addr %q is not HOST:PORT (or a gRPC target such as dns:///HOST:PORT)", s.addr)
 	}
-	key := s.key
-	if key == "" {
-		key = os.Getenv("QUARRY_API_KEY")
-	}
-	// A key read from a file (an env file, a mounted Secret) may end in a line break,
-	// which gRPC refused to send as "Internal: header key "authorization" contains value
-	// with non-printable ASCII characters", as if the server had failed.
-	key = strings.Trim(key, " \t\r\n")
+	key := apiKey(s.key)
 	for i := 0; i < len(key); i++ {
 		if key[i] < '!' || key[i] > '~' {
 			return nil, usagef("the API key (-api-key or QUARRY_API_KEY) has characters a bearer token cannot have (white space, control or non-ASCII); the key is not shown")
@@ -70,4 +63,15 @@ func validTarget(addr string) bool {
 	}
 	n, err := strconv.Atoi(port)
 	return err == nil && n > 0 && n < 65536
+}
+
+// apiKey is the key a command presents: flag, else $QUARRY_API_KEY. A key read from a
+// file (an env file, a mounted Secret) may end in a line break, which gRPC refused to
+// send as "Internal: header key "authorization" contains value with non-printable ASCII
+// characters", as if the server had failed: surrounding white space is trimmed.
+func apiKey(flag string) string {
+	if flag == "" {
+		flag = os.Getenv("QUARRY_API_KEY")
+	}
+	return strings.Trim(flag, " \t\r\n")
 }

@@ -303,7 +303,7 @@ var demoQuestions = []demoQuestion{
 func demo(ctx context.Context, addr string, w io.Writer) error {
 	// The key the query command would present, for a gateway that wants one; the
 	// gateway is on this machine, where plaintext may carry it.
-	conn, err := grpcx.Dial(addr, grpcx.WithBearer(strings.Trim(os.Getenv("QUARRY_API_KEY"), " \t\r\n")))
+	conn, err := grpcx.Dial(addr, grpcx.WithBearer(apiKey("")))
 	if err != nil {
 		return err
 	}
