@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"math"
 	"os"
@@ -341,7 +340,7 @@ func startEval(ctx context.Context, kbDir, id string, searchArgs, gatewayArgs []
 	}
 	// A folder without markdown (the Go package platform/ beside examples/kb/platform)
 	// loaded no document: every question came back out of domain, and eval exited 0.
-	if !holdsMarkdown(kbDir) {
+	if files, _, err := collect(kbDir); err == nil && len(files) == 0 {
 		return nil, nil, fmt.Errorf("-kb %q holds no markdown file: pass a knowledge base's folder (such as examples/kb/platform), or -addr with -kb-id for a running gateway", kbDir)
 	}
 	root, err := os.MkdirTemp("", "quarry-eval-")
@@ -636,16 +635,4 @@ func (r *evalReport) print(w io.Writer, verbose bool) {
 			fmt.Fprintf(w, "- %s [%s] %q top=%s expect=%s %s\n", m.What, m.Tier, m.Query, m.Top, m.Expect, m.Detail)
 		}
 	}
-}
-
-// holdsMarkdown reports whether dir holds a .md file at any depth.
-func holdsMarkdown(dir string) bool {
-	found := errors.New("found")
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(d.Name(), ".md") {
-			return found
-		}
-		return nil
-	})
-	return errors.Is(err, found)
 }
