@@ -50,7 +50,7 @@ func keyCmd(args []string, stdout, stderr io.Writer) error {
 	// without a word from the key command or from the services that load the entry.
 	for _, id := range entry.KnowledgeBases {
 		if id != "*" && !kb.ValidID(id) {
-			return usagef("-kb %q is no knowledge base id (1-64 of a-z, 0-9, - and _, starting with a letter or digit), nor \"*\"", id)
+			return usagef("-kb %q is no knowledge base id (%s), nor \"*\"", id, kb.IDRule)
 		}
 	}
 	key, err := newKey()

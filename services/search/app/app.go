@@ -212,9 +212,6 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	return s.Serve(ctx, lis)
 }
 
-// idRule says what a knowledge base id may be, for messages about folders that are none.
-const idRule = "ids are 1-64 of a-z, 0-9, - and _, starting with a letter or digit"
-
 func (c *Config) knowledgeBases(log *slog.Logger) (map[string]string, error) {
 	out := map[string]string{}
 	var misnamed []string
@@ -229,7 +226,7 @@ func (c *Config) knowledgeBases(log *slog.Logger) (map[string]string, error) {
 				// and a volume's lost+found are no knowledge base by design.
 				if name := e.Name(); e.IsDir() && !strings.HasPrefix(name, ".") && name != "lost+found" {
 					misnamed = append(misnamed, name)
-					log.Warn("folder under -kb-root skipped: its name is no knowledge base id ("+idRule+")", "folder", name)
+					log.Warn("folder under -kb-root skipped: its name is no knowledge base id (ids are "+kb.IDRule+")", "folder", name)
 				}
 				continue
 			}
@@ -251,7 +248,7 @@ func (c *Config) knowledgeBases(log *slog.Logger) (map[string]string, error) {
 	}
 	if len(out) == 0 {
 		if len(misnamed) > 0 {
-			return nil, fmt.Errorf("no knowledge base found under -kb-root %s: %q skipped (%s)", c.KBRoot, misnamed, idRule)
+			return nil, fmt.Errorf("no knowledge base found under -kb-root %s: %q skipped (ids are %s)", c.KBRoot, misnamed, kb.IDRule)
 		}
 		return nil, fmt.Errorf("no knowledge base found under -kb-root %s", c.KBRoot)
 	}

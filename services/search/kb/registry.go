@@ -39,6 +39,9 @@ const retireAfter = time.Minute
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
+// IDRule says in words what ValidID accepts, for messages.
+const IDRule = "1-64 of a-z, 0-9, - and _, starting with a letter or digit"
+
 // ValidID reports whether id is a well-formed knowledge base id.
 func ValidID(id string) bool { return idPattern.MatchString(id) }
 
