@@ -265,7 +265,9 @@ func (r *Registry) syncSource(id, source string, own bool) (root, rel string, er
 	if !filepath.IsAbs(src) {
 		src = filepath.Join(resolved, src)
 	}
-	if !beneath(filepath.Join(resolved, sub), src) && !beneath(filepath.Join(configured, sub), src) {
+	_, inResolved := beneath(filepath.Join(resolved, sub), src)
+	_, inConfigured := beneath(filepath.Join(configured, sub), src)
+	if !inResolved && !inConfigured {
 		return "", "", outside
 	}
 	if src, err = filepath.EvalSymlinks(src); err != nil {
@@ -273,7 +275,8 @@ func (r *Registry) syncSource(id, source string, own bool) (root, rel string, er
 	}
 	src, _ = filepath.Abs(src)
 	root = filepath.Join(resolved, sub)
-	if !beneath(root, src) {
+	rel, in := beneath(root, src)
+	if !in {
 		return "", "", outside
 	}
 	// Said here, in the caller's words: read as a folder, a file failed deep in the
@@ -281,17 +284,14 @@ func (r *Registry) syncSource(id, source string, own bool) (root, rel string, er
 	if fi, err := os.Stat(src); err != nil || !fi.IsDir() {
 		return "", "", fmt.Errorf("%w: %q is not a folder under %s", ErrSyncSource, source, where)
 	}
-	rel, err = filepath.Rel(root, src)
-	if err != nil {
-		return "", "", outside
-	}
 	return root, rel, nil
 }
 
-// beneath reports whether path p is dir or inside it; both are absolute and clean.
-func beneath(dir, p string) bool {
+// beneath returns path p relative to dir, and whether p is dir or inside it; both are
+// absolute and clean.
+func beneath(dir, p string) (rel string, in bool) {
 	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+	return rel, err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // planUploads works out a sync (or, with single, an upsert, whose rejection is an error).
