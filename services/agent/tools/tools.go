@@ -355,10 +355,11 @@ func (s *Set) list(ctx context.Context, kb string, a args) (Result, error) {
 	}
 	var b strings.Builder
 	more := total - len(entries)
+	name = strings.ToUpper(name[:1]) + name[1:]
 	if more > 0 {
-		fmt.Fprintf(&b, "%s holds %d entries; the first %d (folders first, then by name):\n", strings.ToUpper(name[:1])+name[1:], total, len(entries))
+		fmt.Fprintf(&b, "%s holds %d entries; the first %d (folders first, then by name):\n", name, total, len(entries))
 	} else {
-		fmt.Fprintf(&b, "%s holds %d entries:\n", strings.ToUpper(name[:1])+name[1:], len(entries))
+		fmt.Fprintf(&b, "%s holds %d entries:\n", name, len(entries))
 	}
 	for _, e := range entries {
 		switch {
