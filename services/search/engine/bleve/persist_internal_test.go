@@ -14,19 +14,10 @@ import (
 // serve it.
 func TestAnIndexOfAnOlderSchemaIsRebuilt(t *testing.T) {
 	ctx := context.Background()
-	cfg := DefaultConfig()
-	cfg.Dir, cfg.Fingerprint = filepath.Join(t.TempDir(), "kb"), "tree-1"
-	ix, err := Build(ctx, kb, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// What the release before wrote: the same tree's fingerprint under its own schema.
-	if err := ix.idx.SetInternal([]byte(fingerprintKey), []byte("quarry-bleve-1\x00"+cfg.Fingerprint)); err != nil {
-		t.Fatal(err)
-	}
-	if err := ix.Close(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := persisted(t, func(ix *Index, cfg Config) error {
+		// What the release before wrote: the same tree's fingerprint under its own schema.
+		return ix.idx.SetInternal([]byte(fingerprintKey), []byte("quarry-bleve-1\x00"+cfg.Fingerprint))
+	})
 	again, err := Build(ctx, kb, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -49,15 +40,7 @@ func TestAnIndexOfAnOlderSchemaIsRebuilt(t *testing.T) {
 // base never loaded again until someone deleted it by hand.
 func TestAnIndexWhoseRemovalWasCutShortIsRebuilt(t *testing.T) {
 	ctx := context.Background()
-	cfg := DefaultConfig()
-	cfg.Dir, cfg.Fingerprint = filepath.Join(t.TempDir(), "kb"), "tree-1"
-	ix, err := Build(ctx, kb, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ix.Close(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := persisted(t, nil)
 	if err := os.Remove(filepath.Join(cfg.Dir, metaFile)); err != nil {
 		t.Fatal(err)
 	}
@@ -81,16 +64,7 @@ func TestAnIndexWhoseRemovalWasCutShortIsRebuilt(t *testing.T) {
 // RemoveIndexDir takes index_meta.json last, so that whatever an interrupted removal
 // leaves is still recognised as an index; and it refuses a folder Bleve did not make.
 func TestRemoveIndexDir(t *testing.T) {
-	ctx := context.Background()
-	cfg := DefaultConfig()
-	cfg.Dir, cfg.Fingerprint = filepath.Join(t.TempDir(), "kb"), "tree-1"
-	ix, err := Build(ctx, kb, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ix.Close(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := persisted(t, nil)
 	if err := RemoveIndexDir(cfg.Dir); err != nil {
 		t.Fatal(err)
 	}
@@ -116,4 +90,25 @@ func TestRemoveIndexDir(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(foreign, "notes.txt")); err != nil {
 		t.Errorf("foreign file removed: %v", err)
 	}
+}
+
+// persisted builds the test corpus's index in a new folder, lets edit (when not nil)
+// change it, closes it as a stopping service would, and returns its configuration.
+func persisted(t *testing.T, edit func(*Index, Config) error) Config {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Dir, cfg.Fingerprint = filepath.Join(t.TempDir(), "kb"), "tree-1"
+	ix, err := Build(context.Background(), kb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		if err := edit(ix, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ix.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
