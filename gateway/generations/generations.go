@@ -132,9 +132,6 @@ func (w *Watcher) Names() []string {
 	return slices.Sorted(maps.Keys(*m))
 }
 
-// Ready returns a channel that is closed once the first state has arrived.
-func (w *Watcher) Ready() <-chan struct{} { return w.ready }
-
 // WaitReady blocks until the first state has arrived or ctx ends.
 func (w *Watcher) WaitReady(ctx context.Context) error {
 	select {

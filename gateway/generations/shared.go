@@ -293,9 +293,9 @@ type Combined struct {
 	Shared *Shared
 }
 
-// Ready implements route.Generations: the search service's view alone says which
+// WaitReady implements route.Generations: the search service's view alone says which
 // knowledge bases exist.
-func (c Combined) Ready() <-chan struct{} { return c.Local.Ready() }
+func (c Combined) WaitReady(ctx context.Context) error { return c.Local.WaitReady(ctx) }
 
 // Names implements route.Generations, from the search service's view.
 func (c Combined) Names() []string { return c.Local.Names() }

@@ -44,8 +44,8 @@ type Agent interface {
 type Generations interface {
 	// State is a knowledge base's state; generations.ErrNotReady before the first.
 	State(kb string) (st generations.State, ok bool, err error)
-	// Ready is closed once the first state has arrived.
-	Ready() <-chan struct{}
+	// WaitReady blocks until the first state has arrived or ctx ends.
+	WaitReady(ctx context.Context) error
 	// Names lists the knowledge bases the search service serves, sorted.
 	Names() []string
 }
@@ -144,13 +144,9 @@ func (r *Router) Query(ctx context.Context, req *quarryv1.QueryRequest, onDelta 
 		// A gateway just started (its health still NOT_SERVING, but a client need not
 		// ask) answers once it knows the generations, within -resolve-timeout, rather
 		// than UNAVAILABLE to a query a few milliseconds early.
-		t := time.NewTimer(r.cfg.ResolveTimeout)
-		select {
-		case <-r.gens.Ready():
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		t.Stop()
+		wctx, cancel := context.WithTimeout(ctx, r.cfg.ResolveTimeout)
+		_ = r.gens.WaitReady(wctx) // State says what came of it
+		cancel()
 		st, ok, err = r.gens.State(c.kb)
 	}
 	if err != nil {

@@ -40,21 +40,25 @@ type fakeGens struct {
 	ready    chan struct{} // nil: ready from the start
 }
 
-var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
 func (f *fakeGens) Names() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Sorted(maps.Keys(f.gens))
 }
 
-func (f *fakeGens) Ready() <-chan struct{} {
+func (f *fakeGens) WaitReady(ctx context.Context) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.ready == nil {
-		return closed
+	ready := f.ready
+	f.mu.Unlock()
+	if ready == nil {
+		return nil
 	}
-	return f.ready
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (f *fakeGens) State(kb string) (generations.State, bool, error) {

@@ -68,11 +68,7 @@ func (fakeGens) State(kb string) (generations.State, bool, error) {
 
 func (fakeGens) Names() []string { return []string{"kb", "secret-hr"} }
 
-func (fakeGens) Ready() <-chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}
+func (fakeGens) WaitReady(context.Context) error { return nil }
 
 func start(t *testing.T) quarryv1.QueryServiceClient {
 	return quarryv1.NewQueryServiceClient(startConn(t))
