@@ -144,7 +144,7 @@ func BenchmarkTracingOverhead(b *testing.B) {
 	measureTracingOverhead(b, col, tracedSystem{
 		clients:   func(bool) (quarryv1.QueryServiceClient, healthpb.HealthClient) { return c, h },
 		set:       modes.set,
-		flush:     func() error { return tel.TracerProvider().ForceFlush(context.Background()) },
+		flush:     func() error { return tel.ForceFlush(context.Background()) },
 		cpu:       func(bool) time.Duration { return cpuTime() },
 		inProcess: true,
 	})

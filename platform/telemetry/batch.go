@@ -104,11 +104,15 @@ func newBatcher(exp sdktrace.SpanExporter, c batcherConfig) *batcher {
 // OnStart does nothing: spans are queued when they end.
 func (b *batcher) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 
-// OnEnd queues a sampled span, or counts it dropped when the queue is full.
+// OnEnd queues a sampled span of the SDK's (QUARRY_TRACES_SDK=true).
 func (b *batcher) OnEnd(s sdktrace.ReadOnlySpan) {
-	if !s.SpanContext().IsSampled() {
-		return
+	if s.SpanContext().IsSampled() {
+		b.enqueue(s)
 	}
+}
+
+// enqueue queues an ended, sampled span, or counts it dropped when the queue is full.
+func (b *batcher) enqueue(s spanData) {
 	b.mu.Lock()
 	if b.stopped || b.queue.len() >= b.maxQueue {
 		b.mu.Unlock()
@@ -178,7 +182,7 @@ func (b *batcher) export(ctx context.Context) error {
 // export run under the batcher's lock; export runs on the batcher's goroutine, on a
 // queue no span is being added to.
 type spanQueue interface {
-	add(sdktrace.ReadOnlySpan)
+	add(spanData)
 	len() int
 	// export sends what is queued in batches of at most max spans, each within
 	// timeout, and empties the queue.
@@ -192,8 +196,8 @@ type sliceQueue struct {
 	spans    []sdktrace.ReadOnlySpan
 }
 
-func (q *sliceQueue) add(s sdktrace.ReadOnlySpan) { q.spans = append(q.spans, s) }
-func (q *sliceQueue) len() int                    { return len(q.spans) }
+func (q *sliceQueue) add(s spanData) { q.spans = append(q.spans, readOnly(s)) }
+func (q *sliceQueue) len() int       { return len(q.spans) }
 
 func (q *sliceQueue) export(ctx context.Context, max int, timeout time.Duration) error {
 	var errs []error
@@ -222,8 +226,8 @@ type encodedQueue struct {
 	enc spanEncoder
 }
 
-func (q *encodedQueue) add(s sdktrace.ReadOnlySpan) { q.enc.add(s) }
-func (q *encodedQueue) len() int                    { return q.enc.len() }
+func (q *encodedQueue) add(s spanData) { q.enc.add(s) }
+func (q *encodedQueue) len() int       { return q.enc.len() }
 
 func (q *encodedQueue) export(ctx context.Context, max int, timeout time.Duration) error {
 	var errs []error

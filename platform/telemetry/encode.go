@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"math"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -94,7 +95,7 @@ func (e *spanEncoder) encode(spans []sdktrace.ReadOnlySpan) []*tracepb.ResourceS
 // add encodes a span. The batcher encodes each span as it ends, so that it queues
 // bytes, which the garbage collector does not scan, rather than the span, and the
 // export's work is spread over the calls instead of done in one go.
-func (e *spanEncoder) add(sd sdktrace.ReadOnlySpan) {
+func (e *spanEncoder) add(sd spanData) {
 	if sd == nil {
 		return
 	}
@@ -230,7 +231,27 @@ func memo[K comparable](m *map[K][]byte, k K, encode func() []byte) []byte {
 	return v
 }
 
-func appendSpan(b []byte, sd sdktrace.ReadOnlySpan) []byte {
+// spanData is what the encoder reads of an ended span: the SDK's ReadOnlySpan, or this
+// package's own span (span.go).
+type spanData interface {
+	SpanContext() trace.SpanContext
+	Parent() trace.SpanContext
+	Name() string
+	SpanKind() trace.SpanKind
+	StartTime() time.Time
+	EndTime() time.Time
+	Attributes() []attribute.KeyValue
+	DroppedAttributes() int
+	Events() []sdktrace.Event
+	DroppedEvents() int
+	Links() []sdktrace.Link
+	DroppedLinks() int
+	Status() sdktrace.Status
+	Resource() *resource.Resource
+	InstrumentationScope() instrumentation.Scope
+}
+
+func appendSpan(b []byte, sd spanData) []byte {
 	sc := sd.SpanContext()
 	tid, sid := sc.TraceID(), sc.SpanID()
 	b = appendBytesField(b, fSpanTraceID, tid[:])

@@ -44,6 +44,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config names the service; everything else comes from OTEL_* variables.
@@ -61,7 +62,7 @@ type Config struct {
 
 // Telemetry holds the providers of one process.
 type Telemetry struct {
-	tracer   *sdktrace.TracerProvider
+	tracer   spanProvider
 	meter    *sdkmetric.MeterProvider
 	registry *prometheus.Registry
 	// Tracing reports whether spans are exported.
@@ -149,16 +150,27 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		if err != nil {
 			return stop(fmt.Errorf("telemetry: %w", err))
 		}
+		// QUARRY_TRACES_SDK=true makes the SDK's spans instead of span.go's: a way back
+		// that needs no new build, should span.go's ever be found wanting. The SDK also
+		// makes them when a value length limit is set, which span.go does not apply.
+		sdkSpans := strings.EqualFold(strings.TrimSpace(getenv("QUARRY_TRACES_SDK")), "true") ||
+			sdktrace.NewSpanLimits().AttributeValueLengthLimit >= 0
+		var sinks []spanSink
 		opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(sampler)}
 		for _, exp := range exps {
-			proc := sdktrace.WithSpanProcessor(newBatcher(exp, bc))
+			var sink spanSink = newBatcher(exp, bc)
 			if cfg.SpanExporter != nil && !cfg.Batch {
 				// Tests read spans as soon as a call returns.
-				proc = sdktrace.WithSyncer(exp)
+				sink = syncer{exp}
 			}
-			opts = append(opts, proc)
+			sinks = append(sinks, sink)
+			opts = append(opts, sdktrace.WithSpanProcessor(sink))
 		}
-		t.tracer = sdktrace.NewTracerProvider(opts...)
+		if sdkSpans {
+			t.tracer = sdktrace.NewTracerProvider(opts...)
+		} else {
+			t.tracer = newTracerProvider(res, sampler, sinks...)
+		}
 	}
 
 	prom, err := otelprom.New(otelprom.WithRegisterer(t.registry))
@@ -454,8 +466,29 @@ func StartMetrics(ctx context.Context, addr string, log *slog.Logger) (stop func
 	return stop, nil
 }
 
-// TracerProvider is the SDK provider spans are exported from; nil when tracing is off.
-func (t *Telemetry) TracerProvider() *sdktrace.TracerProvider { return t.tracer }
+// spanProvider is a tracer provider that exports: the SDK's, or this package's own
+// (span.go).
+type spanProvider interface {
+	trace.TracerProvider
+	ForceFlush(context.Context) error
+	Shutdown(context.Context) error
+}
+
+// TracerProvider is the provider spans are exported from; nil when tracing is off.
+func (t *Telemetry) TracerProvider() trace.TracerProvider {
+	if t.tracer == nil {
+		return nil
+	}
+	return t.tracer
+}
+
+// ForceFlush exports the spans ended so far; with tracing off it does nothing.
+func (t *Telemetry) ForceFlush(ctx context.Context) error {
+	if t.tracer == nil {
+		return nil
+	}
+	return t.tracer.ForceFlush(ctx)
+}
 
 // Shutdown flushes and stops the providers.
 func (t *Telemetry) Shutdown(ctx context.Context) error {
