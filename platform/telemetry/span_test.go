@@ -10,11 +10,15 @@ import (
 	"time"
 
 	"github.com/quarry-router/quarry/platform/telemetry/otlptest"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -256,5 +260,82 @@ func BenchmarkSpan(b *testing.B) {
 				s.End()
 			}
 		})
+	}
+}
+
+// TestWhichSpansSetupMakes: spans exported over OTLP are span.go's; QUARRY_TRACES_SDK=true
+// (any case) or an attribute value length limit, which span.go does not apply, gives the
+// SDK's, and both reach the collector. The SDK reads its OTEL_*_LIMIT variables from the
+// process environment, whatever Config.Getenv says, and so does Setup.
+func TestWhichSpansSetupMakes(t *testing.T) {
+	tests := []struct {
+		name, sdkVar, lengthLimit string
+		wantSDK                   bool
+	}{
+		{"default", "", "", false},
+		{"QUARRY_TRACES_SDK=true", "true", "", true},
+		{"QUARRY_TRACES_SDK=TRUE", "TRUE", "", true},
+		{"QUARRY_TRACES_SDK=false", "false", "", false},
+		{"value length limit", "", "64", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			col := otlptest.Start(t)
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.Endpoint()) // the exporter reads it itself
+			t.Setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", tt.lengthLimit)
+			env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": col.Endpoint(), "OTEL_METRICS_EXPORTER": "none", "QUARRY_TRACES_SDK": tt.sdkVar}
+			tel, err := Setup(context.Background(), Config{Service: "test", Getenv: func(k string) string { return env[k] }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer otel.SetMeterProvider(metricnoop.NewMeterProvider())
+			defer otel.SetTracerProvider(noop.NewTracerProvider())
+			tp := tel.TracerProvider()
+			if _, isSDK := tp.(*sdktrace.TracerProvider); isSDK != tt.wantSDK {
+				t.Errorf("Setup made %T, want the SDK's: %v", tp, tt.wantSDK)
+			}
+			_, span := tp.Tracer("test").Start(context.Background(), "quarry.test.which")
+			span.End()
+			if err := tel.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if _, named := col.Count("quarry.test.which"); named != 1 {
+				t.Errorf("the collector got %d spans named quarry.test.which, want 1", named)
+			}
+		})
+	}
+}
+
+// TestSpanIsSafeForConcurrentUse: otelgrpc ends a server span on the transport's
+// goroutine while the handler's may still add to it; a span takes calls from several
+// goroutines at once, and ends once (run with -race).
+func TestSpanIsSafeForConcurrentUse(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := newTracerProvider(resource.Empty(), sdktrace.AlwaysSample(), syncer{exp})
+	_, s := tp.Tracer("test").Start(context.Background(), "shared")
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				s.SetAttributes(attribute.Int(fmt.Sprintf("g%d", g), i))
+				s.AddEvent("e")
+				s.SetStatus(codes.Error, "x")
+				_ = s.IsRecording()
+				if g == 0 && i == 100 {
+					s.End()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	s.End()
+	if n := len(exp.GetSpans()); n != 1 {
+		t.Fatalf("%d spans exported, want the one, once", n)
+	}
+	got := exp.GetSpans()[0]
+	if len(got.Events)+got.DroppedEvents > 8*200 || len(got.Attributes) > 8 {
+		t.Errorf("the span holds %d events (%d dropped) and %d attributes, want at most 1600 and 8", len(got.Events), got.DroppedEvents, len(got.Attributes))
 	}
 }

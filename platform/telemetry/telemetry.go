@@ -12,6 +12,8 @@
 // unset and OTEL_EXPORTER_OTLP_ENDPOINT (or ..._METRICS_ENDPOINT) is set. OTLP goes over gRPC
 // unless OTEL_EXPORTER_OTLP_PROTOCOL (or its _TRACES_/_METRICS_ form) says http/protobuf.
 // OTEL_SDK_DISABLED=true exports nothing, whatever the other variables say.
+// Spans are this package's own (span.go: the SDK's semantics and OTLP, at less cost per
+// span) unless QUARRY_TRACES_SDK=true or a value length limit asks for the SDK's.
 // Trace context travels in the headers OTEL_PROPAGATORS names (default W3C tracecontext and
 // baggage; b3, b3multi, jaeger, xray and ottrace too).
 package telemetry
