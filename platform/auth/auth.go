@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
@@ -231,18 +232,8 @@ func (p *Policy) authorize(ctx context.Context, method, kb string) (*parsedKey, 
 	if p.file == nil && len(keys) == 0 {
 		return nil, nil // open
 	}
-	key, ok := bearer(ctx)
-	if !ok {
-		return nil, ErrUnauthenticated
-	}
-	sum := sha256.Sum256([]byte(key))
-	var match *parsedKey
-	// Compare against every key, in constant time, so timing tells nothing.
-	for i := range keys {
-		if subtle.ConstantTimeCompare(sum[:], keys[i].hash) == 1 {
-			match = &keys[i]
-		}
-	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	match := lookup(keys, md)
 	if match == nil {
 		return nil, ErrUnauthenticated
 	}
@@ -306,8 +297,24 @@ func (p *Policy) needsWrite(method string) bool {
 	return false
 }
 
-func bearer(ctx context.Context) (string, bool) {
-	md, _ := metadata.FromIncomingContext(ctx)
+// lookup returns the key of keys that md's bearer key is, or nil.
+func lookup(keys []parsedKey, md metadata.MD) *parsedKey {
+	key, ok := bearer(md)
+	if !ok {
+		return nil
+	}
+	sum := sha256.Sum256([]byte(key))
+	var match *parsedKey
+	// Compare against every key, in constant time, so timing tells nothing.
+	for i := range keys {
+		if subtle.ConstantTimeCompare(sum[:], keys[i].hash) == 1 {
+			match = &keys[i]
+		}
+	}
+	return match
+}
+
+func bearer(md metadata.MD) (string, bool) {
 	for _, v := range md.Get("authorization") {
 		// The scheme is case-insensitive (RFC 7235); clients send "bearer" too.
 		scheme, k, ok := strings.Cut(strings.TrimSpace(v), " ")
@@ -356,6 +363,23 @@ func toStatus(err error) error {
 		return status.Error(codes.PermissionDenied, "this API key may not do that")
 	default:
 		return status.Error(codes.Internal, "authorization failed")
+	}
+}
+
+// Tap refuses a call without a key the policy knows as soon as its headers arrive,
+// before its message is read: the interceptors run only once a unary request is in
+// memory, so until then a keyless client could make the server hold a message of up to
+// the receive limit on every stream it opens. The interceptors still authorize each
+// call, on the knowledge base its request names.
+func (p *Policy) Tap(skip func(method string) bool) tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if p.Open() || (skip != nil && skip(info.FullMethodName)) {
+			return ctx, nil
+		}
+		if lookup(p.current(), info.Header) == nil {
+			return ctx, toStatus(ErrUnauthenticated)
+		}
+		return ctx, nil
 	}
 }
 

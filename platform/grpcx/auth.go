@@ -8,13 +8,16 @@ import (
 	"google.golang.org/grpc"
 )
 
-// WithAuth checks every call against policy; health checks and reflection stay open
-// so probes and grpcurl's service listing work without a key.
+// WithAuth checks every call against policy: its key when its headers arrive, its
+// rights once its request is read. Health checks and reflection stay open so probes
+// and grpcurl's service listing work without a key.
 func WithAuth(policy *auth.Policy) []grpc.ServerOption {
 	skip := func(method string) bool {
 		return strings.HasPrefix(method, "/grpc.health.v1.Health/") || strings.HasPrefix(method, "/grpc.reflection.")
 	}
 	return []grpc.ServerOption{
+		// A server has one tap: this is it.
+		grpc.InTapHandle(policy.Tap(skip)),
 		grpc.ChainUnaryInterceptor(policy.UnaryInterceptor(skip)),
 		grpc.ChainStreamInterceptor(policy.StreamInterceptor(skip)),
 	}
