@@ -280,11 +280,37 @@ func CallerFrom(ctx context.Context) (Caller, bool) {
 	return c, ok
 }
 
-func withCaller(ctx context.Context, k *parsedKey) context.Context {
+// withCaller records k in ctx as the call's caller, and what Recheck needs to authorize
+// the call again.
+func withCaller(ctx context.Context, p *Policy, method string, k *parsedKey) context.Context {
 	if k == nil {
 		return ctx
 	}
-	return context.WithValue(ctx, callerKey{}, Caller{Name: k.Name, ID: k.SHA256, Limits: k.Limits, KnowledgeBases: k.KnowledgeBases})
+	ctx = context.WithValue(ctx, callerKey{}, Caller{Name: k.Name, ID: k.SHA256, Limits: k.Limits, KnowledgeBases: k.KnowledgeBases})
+	return context.WithValue(ctx, recheckKey{}, recheck{p, method})
+}
+
+type recheckKey struct{}
+
+type recheck struct {
+	p      *Policy
+	method string
+}
+
+// Recheck authorizes the call in ctx again, against the keys as they are now, for a
+// call that outlives changes to the keys file (a watch): it returns ctx with the key's
+// current rights as its caller, or an UNAUTHENTICATED or PERMISSION_DENIED status once
+// the key is revoked or loses the method. A call no policy checked (an open one) passes.
+func Recheck(ctx context.Context) (context.Context, error) {
+	r, ok := ctx.Value(recheckKey{}).(recheck)
+	if !ok {
+		return ctx, nil
+	}
+	k, err := r.p.authorize(ctx, r.method, "")
+	if err != nil {
+		return ctx, toStatus(err)
+	}
+	return withCaller(ctx, r.p, r.method, k), nil
 }
 
 func (p *Policy) needsWrite(method string) bool {
@@ -393,7 +419,7 @@ func (p *Policy) UnaryInterceptor(skip func(method string) bool) grpc.UnaryServe
 		if err != nil {
 			return nil, toStatus(err)
 		}
-		return handler(withCaller(ctx, k), req)
+		return handler(withCaller(ctx, p, info.FullMethod, k), req)
 	}
 }
 
@@ -408,7 +434,7 @@ func (p *Policy) StreamInterceptor(skip func(method string) bool) grpc.StreamSer
 		if err != nil {
 			return toStatus(err)
 		}
-		return handler(srv, &checkedStream{ServerStream: ss, ctx: withCaller(ss.Context(), k), p: p, method: info.FullMethod})
+		return handler(srv, &checkedStream{ServerStream: ss, ctx: withCaller(ss.Context(), p, info.FullMethod, k), p: p, method: info.FullMethod})
 	}
 }
 

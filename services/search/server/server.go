@@ -173,7 +173,13 @@ func (s *Server) WatchGenerations(_ *quarryv1.WatchGenerationsRequest, stream gr
 			// it; watchers reconnect to another replica.
 			return status.Error(codes.Unavailable, "search service shutting down")
 		case st := <-ch:
-			st = visible(ctx, st)
+			// The keys file may have changed since the watch opened: each change is
+			// sent as the key stands now, and a revoked key's watch ends.
+			now, err := auth.Recheck(ctx) // from the call's context: no chain grows
+			if err != nil {
+				return err
+			}
+			st = visible(now, st)
 			if len(st) == 0 && !first {
 				continue // changes of knowledge bases the caller may not see
 			}

@@ -2,9 +2,12 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -30,6 +33,13 @@ func serveWithAuth(t *testing.T, f *fixture) *grpc.ClientConn {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveWithPolicy(t, f, policy, platformOnlyKey)
+}
+
+// serveWithPolicy serves f's registry with policy and returns a connection that sends
+// key.
+func serveWithPolicy(t *testing.T, f *fixture, policy *auth.Policy, key string) *grpc.ClientConn {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -41,7 +51,7 @@ func serveWithAuth(t *testing.T, f *fixture) *grpc.ClientConn {
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(ctx, lis) }()
-	conn, err := grpcx.Dial(lis.Addr().String(), grpcx.WithBearer(platformOnlyKey))
+	conn, err := grpcx.Dial(lis.Addr().String(), grpcx.WithBearer(key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,4 +102,74 @@ func TestListingShowsOnlyWhatTheKeyMayUse(t *testing.T) {
 		t.Errorf("WatchGenerations with a platform-only key sends %v: %q leaks", ids, extras)
 	}
 	cancel()
+}
+
+// A watch outlives changes to the keys file: it sent the changes of every knowledge
+// base its key could see when it opened, after the key was narrowed to fewer, and went
+// on after the key was revoked. Each change is now sent as the key stands at that
+// moment, and a revoked key's watch ends UNAUTHENTICATED.
+func TestAWatchFollowsTheKeysFile(t *testing.T) {
+	f := start(t)
+	path := filepath.Join(t.TempDir(), "keys.json")
+	write := func(kbs ...string) {
+		t.Helper()
+		var keys []auth.Key
+		if len(kbs) > 0 {
+			keys = append(keys, auth.Key{Name: "watcher", SHA256: auth.HashKey(platformOnlyKey), KnowledgeBases: kbs})
+		}
+		keys = append(keys, auth.Key{Name: "other", SHA256: auth.HashKey("qk_test_other_key_0123456789abcdef"), KnowledgeBases: []string{"*"}})
+		b, err := json.Marshal(keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// As the kubelet updates a Secret's volume: a new file put in place.
+		if err := os.WriteFile(path+".new", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".new", path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(platform, extras)
+	policy, err := auth.LoadPolicy(path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := quarryv1.NewSearchServiceClient(serveWithPolicy(t, f, policy, platformOnlyKey))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*wait)
+	defer cancel()
+	stream, err := c.WatchGenerations(ctx, &quarryv1.WatchGenerationsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err := stream.Recv(); err != nil || len(first.GetKnowledgeBases()) != 2 {
+		t.Fatalf("first message %v, %v: want both knowledge bases", first, err)
+	}
+	reload := func(id string) {
+		t.Helper()
+		if _, err := f.reg.Load(context.Background(), id, f.dirs[id]); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Narrowed to platform: a change of extras is not sent, one of platform is.
+	write(platform)
+	time.Sleep(1100 * time.Millisecond) // the keys file is looked at once a second at most
+	reload(extras)
+	reload(platform)
+	change, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := stateIDs(change.GetKnowledgeBases()); !slices.Equal(ids, []string{platform}) {
+		t.Fatalf("after the key was narrowed to %s, the watch sent %v", platform, ids)
+	}
+
+	// Revoked: the next change ends the watch.
+	write()
+	time.Sleep(1100 * time.Millisecond)
+	reload(platform)
+	if change, err := stream.Recv(); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("after the key was revoked, the watch got %v, %v; want UNAUTHENTICATED", change, err)
+	}
 }
