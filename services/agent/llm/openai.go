@@ -22,6 +22,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
+	"github.com/quarry-router/quarry/platform/text"
 	"github.com/quarry-router/quarry/services/agent/loop"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
@@ -123,11 +124,11 @@ func (p *OpenAI) chat(ctx context.Context, req loop.ChatRequest, onDelta func(st
 		if contextLength(err) {
 			// The same conversation would be refused again: no retry. The loop
 			// shortens it and calls again.
-			return nil, &loop.ProviderError{Summary: fmt.Sprintf("%s after %d %s: %s", what, attempt, plural(attempt, "attempt", "attempts"), tooLong), Err: contextError{err}}
+			return nil, &loop.ProviderError{Summary: fmt.Sprintf("%s after %s: %s", what, text.Count(attempt, "attempt", "attempts"), tooLong), Err: contextError{err}}
 		}
 		failed++
 		if !retry || failed > p.cfg.MaxRetries {
-			return nil, &loop.ProviderError{Summary: fmt.Sprintf("%s after %d %s", what, attempt, plural(attempt, "attempt", "attempts")), Err: err}
+			return nil, &loop.ProviderError{Summary: fmt.Sprintf("%s after %s", what, text.Count(attempt, "attempt", "attempts")), Err: err}
 		}
 		delay, ok := p.delay(err, failed)
 		if !ok {
@@ -544,11 +545,4 @@ func retryAfter(h http.Header) (time.Duration, bool) {
 		return max(time.Until(t), 0), true
 	}
 	return 0, false
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }

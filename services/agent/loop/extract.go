@@ -62,8 +62,8 @@ func extractive(query, reason string, docs []*quarryv1.Document, ranked []*quarr
 		fmt.Fprintf(&b, "No document in the knowledge base was found for “%s”.\n", oneLine(query))
 		return b.String(), nil
 	}
-	fmt.Fprintf(&b, "%d %s in the knowledge base may answer “%s”; the best passages follow.\n\n## Excerpts\n\n",
-		len(picked), plural(len(picked), "document", "documents"), oneLine(query))
+	fmt.Fprintf(&b, "%s in the knowledge base may answer “%s”; the best passages follow.\n\n## Excerpts\n\n",
+		text.Count(len(picked), "document", "documents"), oneLine(query))
 	sources := make([]*quarryv1.Source, 0, len(picked))
 	for i, p := range picked {
 		if i > 0 {
@@ -127,11 +127,4 @@ func blockquote(s string) string {
 		}
 	}
 	return strings.Join(lines, "\n")
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }

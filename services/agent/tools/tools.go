@@ -9,12 +9,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/quarry-router/quarry/platform/kbpath"
 	"slices"
 	"strings"
 	"unicode/utf8"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/kbpath"
+	"github.com/quarry-router/quarry/platform/text"
 )
 
 // KB is what the tools need from the search service. Implementations return
@@ -357,9 +358,9 @@ func (s *Set) list(ctx context.Context, kb string, a args) (Result, error) {
 	more := total - len(entries)
 	name = strings.ToUpper(name[:1]) + name[1:]
 	if more > 0 {
-		fmt.Fprintf(&b, "%s holds %d entries; the first %d (folders first, then by name):\n", name, total, len(entries))
+		fmt.Fprintf(&b, "%s holds %s; the first %d (folders first, then by name):\n", name, text.Count(total, "entry", "entries"), len(entries))
 	} else {
-		fmt.Fprintf(&b, "%s holds %d entries:\n", name, len(entries))
+		fmt.Fprintf(&b, "%s holds %s:\n", name, text.Count(len(entries), "entry", "entries"))
 	}
 	for _, e := range entries {
 		switch {
@@ -399,7 +400,7 @@ func (s *Set) related(ctx context.Context, kb string, a args) (Result, error) {
 		return Result{Text: fmt.Sprintf("`%s` names no related documents.", p)}, nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "`%s` names %d related documents:\n", p, len(rel))
+	fmt.Fprintf(&b, "`%s` names %s:\n", p, text.Count(len(rel), "related document", "related documents"))
 	for i, r := range rel {
 		if i == s.cfg.MaxRelated {
 			fmt.Fprintf(&b, "- … and %d more\n", len(rel)-i)

@@ -607,8 +607,8 @@ func (c Config) Direct(results []rank.Result) Decision {
 		// (0.88 - 0.8 is 0.07999999999999996).
 		d.Pass, d.Reason = true, fmt.Sprintf("gap %.2f >= %.2f", gap, c.DirectGap)
 	default:
-		d.Reason = fmt.Sprintf("top %.2f < %.2f and gap %.2f < %.2f over %d results",
-			d.Top, c.DirectHigh, gap, c.DirectGap, len(cands))
+		d.Reason = fmt.Sprintf("top %.2f < %.2f and gap %.2f < %.2f over %s",
+			d.Top, c.DirectHigh, gap, c.DirectGap, text.Count(len(cands), "result", "results"))
 	}
 	if d.Pass {
 		d.Route = Direct

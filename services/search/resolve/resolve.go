@@ -247,14 +247,14 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 	}
 	res.Trace.Scope = pq.scope
 	res.Trace.SearchText = strings.Join(pq.terms, " ")
-	clock.stage(&res.Stages, "parse", fmt.Sprintf("%d terms", len(pq.terms)), nil)
+	clock.stage(&res.Stages, "parse", text.Count(len(pq.terms), "term", "terms"), nil)
 
 	cands, allTerms, err := r.search(ctx, k, pq)
 	if err != nil {
 		return nil, err
 	}
 	res.Trace.AllTermsMatched = allTerms
-	clock.stage(&res.Stages, "search", fmt.Sprintf("%d hits", len(cands)), func() []attribute.KeyValue {
+	clock.stage(&res.Stages, "search", text.Count(len(cands), "hit", "hits"), func() []attribute.KeyValue {
 		if pq.scope == "" {
 			return nil
 		}
@@ -269,14 +269,14 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 			return nil, err
 		}
 		cands = merge(cands, more)
-		clock.stage(&res.Stages, "entity_search", fmt.Sprintf("%d terms, %d hits", len(ents), len(cands)),
+		clock.stage(&res.Stages, "entity_search", text.Count(len(ents), "term", "terms")+", "+text.Count(len(cands), "hit", "hits"),
 			func() []attribute.KeyValue {
 				return []attribute.KeyValue{attribute.StringSlice("quarry.entity_terms", ents)}
 			})
 	}
 
 	ranked := r.rank(k, pq, cands)
-	clock.stage(&res.Stages, "rank", plural(len(ranked), "result"), nil)
+	clock.stage(&res.Stages, "rank", text.Count(len(ranked), "result", "results"), nil)
 
 	rule, ood := r.cfg.Gate.OutOfDomain(gate.OODInput{
 		Results:         ranked,
@@ -337,7 +337,7 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 		res.Answer = answer.Extractive(q, pq.oodTerms, ranked, func(d *tree.Document) string { return res.Excerpts[d.Path] }, k.Corpus.Contains,
 			"no LLM answered; these are the passages of the knowledge base that best match the question")
 	}
-	clock.stage(&res.Stages, "answer", plural(len(docs), "document"), nil)
+	clock.stage(&res.Stages, "answer", text.Count(len(docs), "document", "documents"), nil)
 	return res, nil
 }
 
@@ -616,11 +616,3 @@ func (c *clock) stage(stages *[]Stage, name, outcome string, attrs func() []attr
 
 // Config returns the resolver's settings, for traces that report thresholds.
 func (r *Resolver) Config() Config { return r.cfg }
-
-// plural counts n of noun for the explain trace: "1 result", "3 results".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}
