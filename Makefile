@@ -135,7 +135,7 @@ redis-deps:
 # in unit); `make fuzz FUZZTIME=5m` digs deeper. scripts/fuzz.sh repeats a run once
 # when Go 1.26's fuzz coordinator reports only its own deadline race (go.dev/issue/75804).
 FUZZTIME ?= 3s
-FUZZ_TARGETS := platform/text:FuzzTokens platform/text:FuzzWordsMatchesReference \
+FUZZ_TARGETS := platform/text:FuzzTokens platform/text:FuzzWordsMatchesReference platform/kbid:FuzzValidMatchesTheRule \
 	services/search/tree:FuzzCleanPath services/search/tree:FuzzParseFrontMatter services/search/tree:FuzzParseScope
 fuzz:
 	@scripts/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)

@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/kbid"
 )
 
 // Errors the router returns; callers test them with errors.Is. The wrapped messages of
@@ -23,34 +24,14 @@ var (
 // the router then serves the extractive fallback.
 var ErrNoProvider = errors.New("no LLM provider configured")
 
-const maxKBLen = 64
-
-// validKB reports whether id matches ^[a-z0-9][a-z0-9_-]{0,63}$.
-func validKB(id string) bool {
-	if len(id) == 0 || len(id) > maxKBLen {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case (c == '_' || c == '-') && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 func (r *Router) validate(req *quarryv1.QueryRequest) error {
 	kb := req.GetKnowledgeBase()
-	if !validKB(kb) {
+	if !kbid.Valid(kb) {
 		shown := fmt.Sprintf("%q", kb)
-		if len(kb) > maxKBLen {
+		if len(kb) > kbid.MaxLen {
 			shown = fmt.Sprintf("of %d bytes", len(kb))
 		}
-		return fmt.Errorf("%w %s: want 1-%d characters of a-z, 0-9, '_' and '-', starting with a letter or digit",
-			ErrInvalidKB, shown, maxKBLen)
+		return fmt.Errorf("%w %s: want %s", ErrInvalidKB, shown, kbid.Rule)
 	}
 	q := req.GetQuery()
 	if len(q) > r.cfg.MaxQueryBytes {

@@ -73,7 +73,7 @@ func Direct(query string, docs []*tree.Document, gaps []string, cfg Config) stri
 	docs = docs[:min(len(docs), cfg.MaxDocs)]
 	var b strings.Builder
 	b.WriteString("## Summary\n\n")
-	fmt.Fprintf(&b, "%s in the knowledge base %s %s.\n\n", count(len(docs)), verb(len(docs), "answers", "answer"), quote(query))
+	fmt.Fprintf(&b, "%s in the knowledge base %s %s.\n\n", text.Count(len(docs), "document", "documents"), verb(len(docs), "answers", "answer"), quote(query))
 	b.WriteString("## Details\n\n")
 	for i, d := range docs {
 		if i > 0 {
@@ -128,7 +128,7 @@ func Extractive(query string, words []string, results []rank.Result, excerpt fun
 	if len(docs) == 0 {
 		fmt.Fprintf(&b, "No document in the knowledge base matched %s.\n\n", quote(query))
 	} else {
-		fmt.Fprintf(&b, "%s in the knowledge base may answer %s; the best passages follow.\n\n", count(len(docs)), quote(query))
+		fmt.Fprintf(&b, "%s in the knowledge base may answer %s; the best passages follow.\n\n", text.Count(len(docs), "document", "documents"), quote(query))
 		b.WriteString("## Excerpts\n\n")
 		for i, d := range docs {
 			if i > 0 {
@@ -223,13 +223,6 @@ func title(d *tree.Document) string {
 		return t
 	}
 	return d.Path
-}
-
-func count(n int) string {
-	if n == 1 {
-		return "1 document"
-	}
-	return fmt.Sprintf("%d documents", n)
 }
 
 func verb(n int, one, many string) string {

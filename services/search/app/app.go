@@ -102,7 +102,7 @@ func (f *kbFlag) Set(v string) error {
 			return fmt.Errorf("want id=folder, got %q", item)
 		}
 		if !kb.ValidID(id) {
-			return fmt.Errorf("knowledge base id %q: want 1-64 of [a-z0-9_-]", id)
+			return fmt.Errorf("knowledge base id %q: want %s", id, kb.IDRule)
 		}
 		if *f == nil {
 			*f = kbFlag{}

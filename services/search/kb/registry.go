@@ -13,12 +13,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/quarry-router/quarry/platform/kbid"
 	"github.com/quarry-router/quarry/services/search/engine"
 	"github.com/quarry-router/quarry/services/search/engine/bleve"
 	"github.com/quarry-router/quarry/services/search/engine/meili"
@@ -37,13 +37,11 @@ var (
 // retireAfter is how long a replaced snapshot's index stays open for in-flight queries.
 const retireAfter = time.Minute
 
-var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-
 // IDRule says in words what ValidID accepts, for messages.
-const IDRule = "1-64 of a-z, 0-9, - and _, starting with a letter or digit"
+const IDRule = kbid.Rule
 
-// ValidID reports whether id is a well-formed knowledge base id.
-func ValidID(id string) bool { return idPattern.MatchString(id) }
+// ValidID reports whether id is a well-formed knowledge base id (kbid.Valid).
+func ValidID(id string) bool { return kbid.Valid(id) }
 
 // Search engines a knowledge base can be indexed with (Config.Engine).
 const (
