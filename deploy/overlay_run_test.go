@@ -934,6 +934,52 @@ func (r *overlayRun) checkPolicies() {
 	if len(r.calls) == 0 {
 		t.Error("no pod setting names another pod's Service: the wiring was not read")
 	}
+	r.checkNoOtherEgress()
+}
+
+// checkNoOtherEgress: a pod reaches another only where its settings call it. Every pod
+// of the overlay is isolated for egress, and no egress policy lets it reach another
+// pod's container port it does not call (search → Redis, gateway → Meilisearch, Redis →
+// anything).
+func (r *overlayRun) checkNoOtherEgress() {
+	t := r.t
+	called := map[call]bool{}
+	for _, c := range r.calls {
+		called[call{from: c.from, to: c.to, port: c.port}] = true
+	}
+	for _, from := range slices.Sorted(maps.Keys(r.templates)) {
+		if from == collectorPod {
+			continue // the cluster's, not the overlay's
+		}
+		ftpl := r.templates[from]
+		isolated := false
+		for _, np := range r.policies {
+			sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+			if err != nil {
+				t.Fatalf("NetworkPolicy %s: %v", np.Name, err)
+			}
+			if slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) && sel.Matches(labels.Set(ftpl.Labels)) {
+				isolated = true
+			}
+		}
+		if !isolated {
+			t.Errorf("NetworkPolicy: no egress policy selects %s: it may reach anything", from)
+		}
+		for _, to := range slices.Sorted(maps.Keys(r.templates)) {
+			if to == collectorPod {
+				continue // OTLP over gRPC or HTTP: both its ports, whichever is called
+			}
+			ttpl := r.templates[to]
+			for _, cp := range ttpl.Spec.Containers[0].Ports {
+				if called[call{from: from, to: to, port: cp.ContainerPort}] {
+					continue
+				}
+				if r.admits(networkingv1.PolicyTypeEgress, ftpl, ourPod(ftpl), ourPod(ttpl), cp.ContainerPort) {
+					t.Errorf("NetworkPolicy: %s may reach %s on port %d (%s), which its settings never call", from, to, cp.ContainerPort, cp.Name)
+				}
+			}
+		}
+	}
 }
 
 // metricsFamilies names, for each Quarry pod, a metric family its /metrics must hold
