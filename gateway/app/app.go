@@ -180,6 +180,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	var gens route.Generations = watcher
 	var shared *generations.Shared
 	store := o.store
+	var leases route.Leaser // the Redis cache's, for replicas to take turns at the LLM
 	if cfg.CacheBackend == "redis" {
 		client, err := cfg.Redis.NewClient()
 		if err != nil {
@@ -193,7 +194,8 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 		}
 		cancel()
 		if store == nil {
-			store = cache.NewRedis(client, cfg.Cache, cfg.Redis, time.Now, log.With("component", "cache"))
+			redisStore := cache.NewRedis(client, cfg.Cache, cfg.Redis, time.Now, log.With("component", "cache"))
+			store, leases = redisStore, redisStore
 			if cfg.Redis.NearBytes > 0 {
 				store = cache.NewNear(store, cfg.Cache, cfg.Redis.NearBytes, time.Now)
 			}
@@ -205,6 +207,9 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 		store = cache.NewMemory(cfg.Cache, time.Now)
 	}
 	router := route.New(cfg.Route, store, upstream.NewSearch(searchClient), agent, gens, log)
+	if leases != nil {
+		router.ShareAnswersVia(leases)
+	}
 
 	service := quarryv1.QueryService_ServiceDesc.ServiceName
 	limiter := limit.New(cfg.Limits, time.Now)

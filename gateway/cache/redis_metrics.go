@@ -28,10 +28,11 @@ const (
 	opGet = iota
 	opSimilar
 	opPut
+	opLease // taking a lease (TryLease): hit when taken, miss when another replica holds it
 	numOps
 )
 
-var opNames = [numOps]string{"get", "similar", "put"}
+var opNames = [numOps]string{"get", "similar", "put", "lease"}
 
 // redisMetrics counts calls by operation and outcome, in memory for Stats and as the
 // OpenTelemetry counter quarry.gateway.cache.redis.calls, exported wherever the process

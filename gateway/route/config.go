@@ -21,6 +21,10 @@ type Config struct {
 	// this long, whichever comes first. A hit served at once then never shares the CPU
 	// with a search; 0 starts the search at once, in parallel with the lookup.
 	SpeculativeDelay time.Duration
+	// ShareAnswers, with a cache shared by replicas that hands out leases (Redis), has
+	// one replica ask the LLM for a question asked on several at once, and the others
+	// wait for its answer in the cache (see Router.ShareAnswersVia).
+	ShareAnswers bool
 }
 
 // RegisterFlags registers the router flags with their defaults.
@@ -30,6 +34,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.AgentTimeout, "agent-timeout", 60*time.Second, "deadline of one agent (LLM) answer")
 	fs.DurationVar(&c.SpeculativeDelay, "speculative-delay", time.Millisecond,
 		"how long the fuzzy-cache lookup may run before the speculative search starts beside it (0: always in parallel)")
+	fs.BoolVar(&c.ShareAnswers, "share-answers", true,
+		"with the Redis cache, a question asked on several replicas at once goes to the LLM once; the other replicas wait for that answer (sent whole, not streamed)")
 }
 
 // Validate rejects settings the router cannot work with, naming the flag.

@@ -64,6 +64,29 @@ type Router struct {
 	resolves group[resolved]
 	answers  group[answered]
 	metrics  *instruments
+	// leases, when set (ShareAnswersVia), lets replicas take turns at the LLM.
+	leases Leaser
+}
+
+// Leaser hands out leases that replicas sharing a cache see alike (cache.Redis): the
+// replica that takes a question's lease asks the LLM; the others wait for its answer
+// in the cache.
+type Leaser interface {
+	// TryLease takes the lease called name for ttl unless another holder has it,
+	// renewing it until release is called.
+	TryLease(ctx context.Context, name string, ttl time.Duration) (held bool, release func(), err error)
+	// Leased reports whether some replica holds the lease called name.
+	Leased(ctx context.Context, name string) (bool, error)
+}
+
+// ShareAnswersVia has the router take turns with the other replicas of the cache
+// through l, when Config.ShareAnswers is set: a question asked on several replicas at
+// once (a new generation empties every replica's cache at once) goes to the LLM once.
+// Call it before the router serves.
+func (r *Router) ShareAnswersVia(l Leaser) {
+	if r.cfg.ShareAnswers {
+		r.leases = l
+	}
 }
 
 // New returns a Router. agent may be nil: questions routed to an LLM tier then get the
@@ -612,6 +635,26 @@ func (c *call) agentAnswer(ctx context.Context, res *quarryv1.ResolveResponse, o
 // flight: the question still gets the extractive fallback, flagged and not cached.
 func (r *Router) answerFn(kb, query, norm string, tokens []string, gen, key uint64, res *quarryv1.ResolveResponse) func(context.Context, func(string)) (answered, error) {
 	return func(ctx context.Context, publish func(string)) (answered, error) {
+		if r.leases != nil {
+			name := flightKey(kb, key, norm, false)
+			held, release, err := r.leases.TryLease(ctx, name, leaseTTL)
+			switch {
+			case err != nil:
+				// The shared cache is unavailable: answer here, as one replica would.
+			case held:
+				defer release() // after the answer is cached, below
+			default:
+				if resp := r.awaitPeer(ctx, name, kb, key, norm); resp != nil {
+					publish(resp.GetAnswer())
+					return answered{resp: resp}, nil
+				}
+				if err := ctx.Err(); err != nil {
+					return answered{}, err
+				}
+				// That replica let go without caching an answer (it failed, or its
+				// answer was degraded): this one asks.
+			}
+		}
 		var streamed strings.Builder
 		a, err := r.agent.Answer(ctx, &quarryv1.AnswerRequest{
 			KnowledgeBase:  kb,
@@ -754,6 +797,47 @@ func (r *Router) put(ctx context.Context, kb string, key uint64, norm string, to
 		r.log.WarnContext(ctx, "cache put failed", "kb", kb, "err", err)
 	}
 	return false
+}
+
+// leaseTTL is how long a replica's turn at a question lasts unless renewed (the
+// lease is renewed while the answer is written): a replica that dies while answering
+// keeps the others waiting for at most this long.
+const leaseTTL = 10 * time.Second
+
+// peerPoll is how often a replica waiting for another's answer looks for it.
+const peerPoll = 100 * time.Millisecond
+
+// awaitPeer waits until the answer the lease called name is held for reaches the
+// cache, and returns it as a cache hit; nil when the holder lets go without caching an
+// answer, or ctx ends.
+func (r *Router) awaitPeer(ctx context.Context, name, kb string, key uint64, norm string) *quarryv1.QueryResponse {
+	cached := func() *quarryv1.QueryResponse {
+		e, err := r.store.Get(ctx, kb, key, norm)
+		if err != nil {
+			return nil
+		}
+		resp, err := fromCache(e, quarryv1.Tier_TIER_EXACT_CACHE)
+		if err != nil {
+			return nil
+		}
+		return resp
+	}
+	t := time.NewTicker(peerPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if resp := cached(); resp != nil {
+			return resp
+		}
+		if held, err := r.leases.Leased(ctx, name); err != nil || !held {
+			// The holder caches its answer before it lets go: one last look.
+			return cached()
+		}
+	}
 }
 
 // fromCache decodes a cached answer for serving from tier.

@@ -1,0 +1,94 @@
+package cache
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TryLease takes the lease called name for ttl, unless another holder has it: with
+// several gateway replicas, one asks the LLM for a question while the others wait for
+// its answer to reach the cache, instead of each paying for the same answer (a new
+// generation empties the cache of every replica at once). A taken lease is renewed
+// every ttl/3 until release is called, so an answer that takes longer than ttl keeps
+// it, and a replica that dies loses it within ttl. release may be called more than
+// once. A Redis failure is an error wrapping ErrUnavailable; the caller then answers
+// itself, as without the lease.
+func (r *Redis) TryLease(ctx context.Context, name string, ttl time.Duration) (held bool, release func(), err error) {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	token := hex.EncodeToString(b[:])
+	key := r.leaseKey(name)
+	err = r.call(ctx, opLease, func(ctx context.Context) error {
+		var err error
+		held, err = r.c.SetNX(ctx, key, token, ttl).Result()
+		return err
+	})
+	if err != nil {
+		return false, nil, err
+	}
+	if !held {
+		r.metrics.add(ctx, opLease, outcomeMiss)
+		return false, nil, nil
+	}
+	r.metrics.add(ctx, opLease, outcomeHit)
+	done := make(chan struct{})
+	var once sync.Once
+	go func() {
+		t := time.NewTicker(max(ttl/3, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				// Only while it is still this holder's: a lease lost to an outage and taken
+				// by another replica is not taken back.
+				_ = r.call(context.Background(), opLease, func(ctx context.Context) error {
+					return renewScript.Run(ctx, r.c, []string{key}, token, ttl.Milliseconds()).Err()
+				})
+			}
+		}
+	}()
+	release = func() {
+		once.Do(func() {
+			close(done)
+			// Should this fail, the lease ends at its time to live, and the replicas
+			// waiting for it then answer themselves.
+			_ = r.call(context.Background(), opLease, func(ctx context.Context) error {
+				return releaseScript.Run(ctx, r.c, []string{key}, token).Err()
+			})
+		})
+	}
+	return true, release, nil
+}
+
+// Leased reports whether some replica holds the lease called name.
+func (r *Redis) Leased(ctx context.Context, name string) (bool, error) {
+	var n int64
+	err := r.call(ctx, opLease, func(ctx context.Context) error {
+		var err error
+		n, err = r.c.Exists(ctx, r.leaseKey(name)).Result()
+		return err
+	})
+	return n > 0, err
+}
+
+func (r *Redis) leaseKey(name string) string { return r.prefix + "lease:" + keyPart(name) }
+
+// renewScript extends a lease's time to live if the caller still holds it; releaseScript
+// deletes it if so. ARGV[1] is the holder's token.
+var (
+	renewScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0`)
+	releaseScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0`)
+)
