@@ -38,9 +38,11 @@ import (
 // batcher's queue from its own fields: one allocation for a span with up to
 // inlineAttrs attributes, besides what the caller's options cost.
 //
-// It is used where it reproduces the SDK exactly: spans exported over OTLP alone, with
-// no attribute value length limit set (the SDK truncates values then; Setup uses the
-// SDK for that, for the console exporter and for tests' exporters). Nested attribute
+// It is used where it reproduces the SDK exactly: spans exported over OTLP, and to
+// tests' exporters (which get copies of the spans: readOnly), with no attribute value
+// length limit set (the SDK truncates values then) and no console exporter (whose
+// output shows a child span count, which these spans do not keep): Setup uses the SDK
+// for those. Nested attribute
 // values (slices and maps of values) are kept as given, where the SDK also de-duplicates
 // a map's keys and cuts values nested deeper than 64 levels; Quarry and the
 // instrumentation it uses set no such values.
@@ -91,6 +93,9 @@ func (p *tracerProvider) Tracer(name string, opts ...trace.TracerOption) trace.T
 	scope := instrumentation.Scope{Name: name, Version: c.InstrumentationVersion(), SchemaURL: c.SchemaURL(), Attributes: c.InstrumentationAttributes()}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.stopped.Load() { // Shutdown ran meanwhile
+		return noop.NewTracerProvider().Tracer(name, opts...)
+	}
 	t, ok := p.tracers[scope]
 	if !ok {
 		t = &tracer{p: p, scope: scope}
@@ -103,6 +108,9 @@ func (p *tracerProvider) Tracer(name string, opts ...trace.TracerOption) trace.T
 func (p *tracerProvider) ForceFlush(ctx context.Context) error {
 	var errs []error
 	for _, s := range p.sinks {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
 		errs = append(errs, s.ForceFlush(ctx))
 	}
 	return errors.Join(errs...)
@@ -116,28 +124,44 @@ func (p *tracerProvider) Shutdown(ctx context.Context) error {
 	}
 	var errs []error
 	for _, s := range p.sinks {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
 		errs = append(errs, s.Shutdown(ctx))
 	}
 	return errors.Join(errs...)
 }
 
 // syncer exports each span as it ends, for tests that read spans as soon as a call
-// returns (the SDK's WithSyncer).
-type syncer struct{ exp sdktrace.SpanExporter }
+// returns (the SDK's WithSyncer). Exporters are never called concurrently (the
+// SpanExporter contract), so it exports one span at a time.
+type syncer struct {
+	mu  sync.Mutex
+	exp sdktrace.SpanExporter
+}
 
-func (s syncer) enqueue(sd spanData) {
-	if err := s.exp.ExportSpans(context.Background(), []sdktrace.ReadOnlySpan{readOnly(sd)}); err != nil {
+func newSyncer(exp sdktrace.SpanExporter) *syncer { return &syncer{exp: exp} }
+
+func (s *syncer) enqueue(sd spanData) {
+	ro := readOnly(sd)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.exp.ExportSpans(context.Background(), []sdktrace.ReadOnlySpan{ro}); err != nil {
 		otel.Handle(err)
 	}
 }
-func (syncer) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-func (s syncer) OnEnd(sd sdktrace.ReadOnlySpan) {
+func (*syncer) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (s *syncer) OnEnd(sd sdktrace.ReadOnlySpan) {
 	if sd.SpanContext().IsSampled() {
 		s.enqueue(sd)
 	}
 }
-func (syncer) ForceFlush(context.Context) error     { return nil }
-func (s syncer) Shutdown(ctx context.Context) error { return s.exp.Shutdown(ctx) }
+func (*syncer) ForceFlush(context.Context) error { return nil }
+func (s *syncer) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.exp.Shutdown(ctx)
+}
 
 // readOnly is a span as the SDK's exporters take it: the span itself when it is the
 // SDK's, else a copy of its data. Only exporters other than OTLP (the console's, tests')
@@ -443,17 +467,27 @@ func (s *span) End(opts ...trace.SpanEndOption) {
 }
 
 // The span's data, for the encoder; read after End only.
-func (s *span) Parent() trace.SpanContext                   { return s.parent }
-func (s *span) Name() string                                { return s.name }
-func (s *span) SpanKind() trace.SpanKind                    { return s.kind }
-func (s *span) StartTime() time.Time                        { return s.start }
-func (s *span) EndTime() time.Time                          { return s.end }
-func (s *span) Attributes() []attribute.KeyValue            { return s.attrs }
-func (s *span) DroppedAttributes() int                      { return s.droppedAttrs }
-func (s *span) Events() []sdktrace.Event                    { return s.events }
-func (s *span) DroppedEvents() int                          { return s.droppedEvents }
-func (s *span) Links() []sdktrace.Link                      { return s.links }
-func (s *span) DroppedLinks() int                           { return s.droppedLinks }
+func (s *span) Parent() trace.SpanContext        { return s.parent }
+func (s *span) Name() string                     { return s.name }
+func (s *span) SpanKind() trace.SpanKind         { return s.kind }
+func (s *span) StartTime() time.Time             { return s.start }
+func (s *span) EndTime() time.Time               { return s.end }
+func (s *span) Attributes() []attribute.KeyValue { return s.attrs }
+func (s *span) DroppedAttributes() int           { return s.droppedAttrs }
+func (s *span) Events() []sdktrace.Event         { return s.events }
+func (s *span) DroppedEvents() int {
+	if len(s.events) == 0 {
+		return 0 // as the SDK reports it: its snapshot takes the count with the events only
+	}
+	return s.droppedEvents
+}
+func (s *span) Links() []sdktrace.Link { return s.links }
+func (s *span) DroppedLinks() int {
+	if len(s.links) == 0 {
+		return 0 // as DroppedEvents
+	}
+	return s.droppedLinks
+}
 func (s *span) Status() sdktrace.Status                     { return s.status }
 func (s *span) Resource() *resource.Resource                { return s.t.p.res }
 func (s *span) InstrumentationScope() instrumentation.Scope { return s.t.scope }
@@ -519,8 +553,8 @@ func (nonRecordingSpan) AddEvent(string, ...trace.EventOption)   {}
 func (nonRecordingSpan) AddLink(trace.Link)                      {}
 func (nonRecordingSpan) SetName(string)                          {}
 
-// randomIDs makes trace and span ids from the runtime's per-thread random source: no
-// lock, unlike the SDK's generator, which every span of the process takes.
+// randomIDs makes trace and span ids from the runtime's per-thread random source
+// (math/rand/v2), as the SDK's generator does.
 type randomIDs struct{}
 
 func (randomIDs) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {

@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,6 +172,28 @@ func spanScript(tp trace.TracerProvider) {
 // parents, times, attributes as the SDK de-duplicates and limits them, events, links,
 // statuses, sampling, and what is dropped and counted.
 func TestSpansMatchTheSDKs(t *testing.T) {
+	// The limits as the environment sets them, which both providers read: the defaults,
+	// and limits that the script's spans exceed or that drop everything.
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+	}{
+		{"default limits", nil},
+		{"small limits", map[string]string{"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "3", "OTEL_SPAN_EVENT_COUNT_LIMIT": "2",
+			"OTEL_SPAN_LINK_COUNT_LIMIT": "1", "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT": "1", "OTEL_LINK_ATTRIBUTE_COUNT_LIMIT": "1"}},
+		{"zero limits", map[string]string{"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "0", "OTEL_SPAN_EVENT_COUNT_LIMIT": "0",
+			"OTEL_SPAN_LINK_COUNT_LIMIT": "0", "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT": "0", "OTEL_LINK_ATTRIBUTE_COUNT_LIMIT": "0"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			spansMatchTheSDKs(t)
+		})
+	}
+}
+
+func spansMatchTheSDKs(t *testing.T) {
 	ctx := context.Background()
 	res := resource.NewWithAttributes("https://opentelemetry.io/schemas/1.26.0", attribute.String("service.name", "quarry-gateway"))
 	sampler := sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.5))
@@ -218,7 +242,6 @@ func TestSpansMatchTheSDKs(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d spans", n)
 	sortResources(w)
 	sortResources(g)
 	if !proto.Equal(w, g) {
@@ -277,6 +300,7 @@ func TestWhichSpansSetupMakes(t *testing.T) {
 		{"QUARRY_TRACES_SDK=TRUE", "TRUE", "", true},
 		{"QUARRY_TRACES_SDK=false", "false", "", false},
 		{"value length limit", "", "64", true},
+		{"the console exporter too", "", "", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -284,6 +308,10 @@ func TestWhichSpansSetupMakes(t *testing.T) {
 			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.Endpoint()) // the exporter reads it itself
 			t.Setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", tt.lengthLimit)
 			env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": col.Endpoint(), "OTEL_METRICS_EXPORTER": "none", "QUARRY_TRACES_SDK": tt.sdkVar}
+			if strings.Contains(tt.name, "console") {
+				// It prints what span.go does not keep (a child span count).
+				env["OTEL_TRACES_EXPORTER"] = "otlp,console"
+			}
 			tel, err := Setup(context.Background(), Config{Service: "test", Getenv: func(k string) string { return env[k] }})
 			if err != nil {
 				t.Fatal(err)
@@ -311,7 +339,7 @@ func TestWhichSpansSetupMakes(t *testing.T) {
 // goroutines at once, and ends once (run with -race).
 func TestSpanIsSafeForConcurrentUse(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
-	tp := newTracerProvider(resource.Empty(), sdktrace.AlwaysSample(), syncer{exp})
+	tp := newTracerProvider(resource.Empty(), sdktrace.AlwaysSample(), newSyncer(exp))
 	_, s := tp.Tracer("test").Start(context.Background(), "shared")
 	var wg sync.WaitGroup
 	for g := range 8 {
@@ -337,5 +365,46 @@ func TestSpanIsSafeForConcurrentUse(t *testing.T) {
 	got := exp.GetSpans()[0]
 	if len(got.Events)+got.DroppedEvents > 8*200 || len(got.Attributes) > 8 {
 		t.Errorf("the span holds %d events (%d dropped) and %d attributes, want at most 1600 and 8", len(got.Events), got.DroppedEvents, len(got.Attributes))
+	}
+}
+
+// concurrencyCheckingExporter fails a test whose exporter is called while a call is
+// under way: the SpanExporter contract says it never is.
+type concurrencyCheckingExporter struct {
+	t       *testing.T
+	inside  atomic.Int32
+	spans   atomic.Int32
+	overlap atomic.Bool
+}
+
+func (e *concurrencyCheckingExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
+	if e.inside.Add(1) > 1 {
+		e.overlap.Store(true)
+	}
+	time.Sleep(50 * time.Microsecond)
+	e.spans.Add(int32(len(spans)))
+	e.inside.Add(-1)
+	return nil
+}
+func (*concurrencyCheckingExporter) Shutdown(context.Context) error { return nil }
+
+// Spans ending on many goroutines reach a tests' exporter one call at a time, every one.
+func TestSyncerCallsTheExporterOneAtATime(t *testing.T) {
+	exp := &concurrencyCheckingExporter{t: t}
+	tp := newTracerProvider(resource.Empty(), sdktrace.AlwaysSample(), newSyncer(exp))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				_, s := tp.Tracer("test").Start(context.Background(), "op")
+				s.End()
+			}
+		}()
+	}
+	wg.Wait()
+	if exp.overlap.Load() || exp.spans.Load() != 400 {
+		t.Fatalf("exporter called concurrently: %v; %d of 400 spans exported", exp.overlap.Load(), exp.spans.Load())
 	}
 }

@@ -13,7 +13,8 @@
 // unless OTEL_EXPORTER_OTLP_PROTOCOL (or its _TRACES_/_METRICS_ form) says http/protobuf.
 // OTEL_SDK_DISABLED=true exports nothing, whatever the other variables say.
 // Spans are this package's own (span.go: the SDK's semantics and OTLP, at less cost per
-// span) unless QUARRY_TRACES_SDK=true or a value length limit asks for the SDK's.
+// span) unless QUARRY_TRACES_SDK=true, a value length limit or the console exporter
+// asks for the SDK's.
 // Trace context travels in the headers OTEL_PROPAGATORS names (default W3C tracecontext and
 // baggage; b3, b3multi, jaeger, xray and ottrace too).
 package telemetry
@@ -154,16 +155,22 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		}
 		// QUARRY_TRACES_SDK=true makes the SDK's spans instead of span.go's: a way back
 		// that needs no new build, should span.go's ever be found wanting. The SDK also
-		// makes them when a value length limit is set, which span.go does not apply.
+		// makes them when a value length limit is set, which span.go does not apply, and
+		// for the console exporter.
 		sdkSpans := strings.EqualFold(strings.TrimSpace(getenv("QUARRY_TRACES_SDK")), "true") ||
 			sdktrace.NewSpanLimits().AttributeValueLengthLimit >= 0
+		for _, exp := range exps {
+			if _, otlp := exp.(*otlpExporter); !otlp && cfg.SpanExporter == nil {
+				sdkSpans = true // the console's: it prints what span.go does not keep
+			}
+		}
 		var sinks []spanSink
 		opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(sampler)}
 		for _, exp := range exps {
 			var sink spanSink = newBatcher(exp, bc)
 			if cfg.SpanExporter != nil && !cfg.Batch {
 				// Tests read spans as soon as a call returns.
-				sink = syncer{exp}
+				sink = newSyncer(exp)
 			}
 			sinks = append(sinks, sink)
 			opts = append(opts, sdktrace.WithSpanProcessor(sink))
