@@ -18,6 +18,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/quarry-router/quarry/platform/limit"
@@ -65,6 +66,11 @@ type Policy struct {
 	file *reload.Value[[]parsedKey]
 	// writeMethods are the full gRPC method names that need the Write right.
 	writeMethods map[string]bool
+
+	log *slog.Logger
+	// refused counts the calls Tap refused; refusedLogged is how many of them have been
+	// logged, and loggedAt when (Unix nanoseconds).
+	refused, refusedLogged, loggedAt atomic.Int64
 }
 
 // reloadEvery is how often calls may look at the keys file for a change: a stat, at most
@@ -128,6 +134,7 @@ func LoadPolicy(path string, log *slog.Logger, writeMethods ...string) (*Policy,
 	}
 	p := newPolicy(writeMethods)
 	p.file = file
+	p.log = log
 	return p, nil
 }
 
@@ -228,6 +235,9 @@ func (p *Policy) Authorize(ctx context.Context, method, kb string) (name string,
 }
 
 func (p *Policy) authorize(ctx context.Context, method, kb string) (*parsedKey, error) {
+	if p.file != nil && ctx.Value(lookAgainKey{}) != nil {
+		p.file.Refresh() // Tap handed this call the look at the keys file (see Tap)
+	}
 	keys := p.current()
 	if p.file == nil && len(keys) == 0 {
 		return nil, nil // open
@@ -397,16 +407,56 @@ func toStatus(err error) error {
 // memory, so until then a keyless client could make the server hold a message of up to
 // the receive limit on every stream it opens. The interceptors still authorize each
 // call, on the knowledge base its request names.
+//
+// The tap runs on the connection's reader goroutine, which must not wait on the file
+// system: it reads the keys as they are, without looking at the keys file. When a key
+// is unknown and it is time to look (once a second), it lets that one call through
+// with the look to do, which its interceptor does before deciding: a key just added to
+// the file is taken at its first call, and a keyless client gets one call a second
+// past the tap at most.
 func (p *Policy) Tap(skip func(method string) bool) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		if p.Open() || (skip != nil && skip(info.FullMethodName)) {
 			return ctx, nil
 		}
-		if lookup(p.current(), info.Header) == nil {
-			return ctx, toStatus(ErrUnauthenticated)
+		keys := p.keys
+		if p.file != nil {
+			keys = p.file.Peek()
 		}
-		return ctx, nil
+		if lookup(keys, info.Header) != nil {
+			return ctx, nil
+		}
+		if p.file != nil && p.file.Claim() {
+			return context.WithValue(ctx, lookAgainKey{}, true), nil
+		}
+		p.noteRefused(info.FullMethodName)
+		return ctx, toStatus(ErrUnauthenticated)
 	}
+}
+
+type lookAgainKey struct{}
+
+// refusedLogEvery bounds the log lines of calls Tap refuses: one per interval at most,
+// counting them, so that a client without a key cannot flood the log.
+const refusedLogEvery = 10 * time.Second
+
+// noteRefused counts a call Tap refused, and logs the count now and then. Such calls
+// reach neither the call log nor the gRPC metrics, which see only calls past the tap.
+// The line is written on a goroutine of its own: the tap's must not wait on the log.
+func (p *Policy) noteRefused(method string) {
+	n := p.refused.Add(1)
+	now := time.Now().UnixNano()
+	last := p.loggedAt.Load()
+	if now-last < int64(refusedLogEvery) || !p.loggedAt.CompareAndSwap(last, now) {
+		return
+	}
+	since := n - p.refusedLogged.Swap(n)
+	log := p.log
+	if log == nil {
+		log = slog.Default()
+	}
+	go log.Info("calls refused before their message was read: no API key, or an unknown one",
+		"calls", since, "last_method", method)
 }
 
 // UnaryInterceptor authorizes each unary call on the knowledge base its request names.

@@ -48,12 +48,28 @@ func New[T any](parse func() (T, error), files ...string) (*Value[T], error) {
 // Get returns the current value, first parsing the files again if it is time to look
 // at them and one changed.
 func (v *Value[T]) Get() T {
-	now := time.Now().UnixNano()
-	if next := v.next.Load(); now >= next && v.next.CompareAndSwap(next, now+int64(v.Every)) {
+	if v.Claim() {
 		v.refresh()
 	}
 	return *v.val.Load()
 }
+
+// Peek returns the current value without looking at the files: for callers that must
+// not wait on the file system (a connection's reader goroutine). With Claim and Refresh
+// they can hand the look to a goroutine that may.
+func (v *Value[T]) Peek() T { return *v.val.Load() }
+
+// Claim reports whether it is time to look at the files, and takes the look for the
+// caller that gets true: one caller per Every, which should then call Refresh (a Get
+// before that does not look).
+func (v *Value[T]) Claim() bool {
+	now := time.Now().UnixNano()
+	next := v.next.Load()
+	return now >= next && v.next.CompareAndSwap(next, now+int64(v.Every))
+}
+
+// Refresh looks at the files now, parsing them again if one changed.
+func (v *Value[T]) Refresh() { v.refresh() }
 
 func (v *Value[T]) refresh() {
 	v.mu.Lock()

@@ -1,0 +1,129 @@
+package auth
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+)
+
+// blockingHandler is a log handler whose writes wait until released: a log that
+// blocks (a full pipe) must not stall a connection's reader goroutine, where the tap
+// runs.
+type blockingHandler struct {
+	slog.Handler
+	release chan struct{}
+}
+
+func (h blockingHandler) Handle(ctx context.Context, r slog.Record) error {
+	<-h.release
+	return h.Handler.Handle(ctx, r)
+}
+
+// The tap decides from the keys it holds, never waiting on the keys file or the log; a
+// key added to the file is taken at its first call, which the tap lets through with the
+// look at the file for its interceptor to do; calls it refuses are counted in the log.
+func TestTapNeverWaitsAndTakesANewKeyAtItsFirstCall(t *testing.T) {
+	old := reloadEvery
+	reloadEvery = 50 * time.Millisecond
+	t.Cleanup(func() { reloadEvery = old })
+	path := filepath.Join(t.TempDir(), "keys.json")
+	write := func(ks ...Key) {
+		t.Helper()
+		b, err := json.Marshal(ks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path+".new", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".new", path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := Key{Name: "team-a", SHA256: HashKey(teamA), KnowledgeBases: []string{"platform"}}
+	b := Key{Name: "team-b", SHA256: HashKey(teamB), KnowledgeBases: []string{"platform"}}
+	write(a)
+	var logged bytes.Buffer
+	var mu sync.Mutex
+	release := make(chan struct{})
+	h := blockingHandler{Handler: slog.NewTextHandler(lockedWriter{&mu, &logged}, nil), release: release}
+	p, err := LoadPolicy(path, slog.New(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle := p.Tap(nil)
+	tapCall := func(key string) (context.Context, error) {
+		t.Helper()
+		md := metadata.Pairs("authorization", "Bearer "+key)
+		ctx := metadata.NewIncomingContext(context.Background(), md)
+		done := make(chan struct{})
+		var out context.Context
+		var err error
+		go func() { out, err = handle(ctx, &tap.Info{FullMethodName: query, Header: md}); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+			t.Fatal("the tap waited (on the keys file or the log)")
+		}
+		return out, err
+	}
+	time.Sleep(2 * reloadEvery)
+	// A refusal's log line and the changed file's log line both wait on the blocked
+	// log: the tap must not.
+	write(a, b)
+	time.Sleep(2 * reloadEvery)
+	ctx, err := tapCall(teamB)
+	if err != nil {
+		t.Fatalf("the first call of a key just added: %v, want it let through to be checked against the file", err)
+	}
+	go func() { // the interceptor, on the call's own goroutine, may wait for the log
+		if _, err := p.Authorize(ctx, query, "platform"); err != nil {
+			t.Errorf("Authorize of the key just added: %v", err)
+		}
+	}()
+	for i := range 3 {
+		if _, err := tapCall("qk_nobody_0123456789"); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("unknown key, call %d: %v, want UNAUTHENTICATED", i, err)
+		}
+	}
+	close(release)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		out := logged.String()
+		mu.Unlock()
+		if strings.Contains(out, "calls refused before their message was read") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line counts the refused calls; the log holds:\n%s", out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := tapCall(teamB); err != nil {
+		t.Fatalf("the new key once read: %v", err)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
