@@ -6,8 +6,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"syscall"
+	"time"
 	"unicode/utf8"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
@@ -163,6 +165,24 @@ func (s *Server) WatchGenerations(_ *quarryv1.WatchGenerationsRequest, stream gr
 	ch, stop := s.reg.Watch()
 	defer stop()
 	ctx := stream.Context()
+	opened, _ := auth.CallerFrom(ctx)
+	// The keys file may change while the watch is open. Changes after the first
+	// message are deltas, which cannot tell the watcher that a knowledge base became
+	// visible or hidden: a key whose rights change ends the watch UNAVAILABLE, and the
+	// watcher's next watch starts from a whole first message under the new rights. A
+	// revoked key's ends UNAUTHENTICATED. Looked at on every change and every second.
+	recheck := func() error {
+		now, err := auth.Recheck(ctx) // from the call's context: no chain grows
+		if err != nil {
+			return err
+		}
+		if c, _ := auth.CallerFrom(now); !slices.Equal(c.KnowledgeBases, opened.KnowledgeBases) {
+			return status.Error(codes.Unavailable, "this API key's knowledge bases changed: watch again")
+		}
+		return nil
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	first := true
 	for {
 		select {
@@ -172,14 +192,15 @@ func (s *Server) WatchGenerations(_ *quarryv1.WatchGenerationsRequest, stream gr
 			// The server is shutting down: end the watch so the drain does not wait on
 			// it; watchers reconnect to another replica.
 			return status.Error(codes.Unavailable, "search service shutting down")
-		case st := <-ch:
-			// The keys file may have changed since the watch opened: each change is
-			// sent as the key stands now, and a revoked key's watch ends.
-			now, err := auth.Recheck(ctx) // from the call's context: no chain grows
-			if err != nil {
+		case <-tick.C:
+			if err := recheck(); err != nil {
 				return err
 			}
-			st = visible(now, st)
+		case st := <-ch:
+			if err := recheck(); err != nil {
+				return err
+			}
+			st = visible(ctx, st)
 			if len(st) == 0 && !first {
 				continue // changes of knowledge bases the caller may not see
 			}

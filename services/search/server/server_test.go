@@ -74,7 +74,6 @@ type fixture struct {
 	client quarryv1.SearchServiceClient
 	reg    *kb.Registry
 	cfg    resolve.Config
-	dirs   map[string]string // each knowledge base's folder
 }
 
 // start serves the example KB and the extras KB on a loopback socket, as the search
@@ -146,7 +145,7 @@ func serve(t *testing.T, kbs map[string]string) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return &fixture{client: quarryv1.NewSearchServiceClient(conn), reg: reg, cfg: rc, dirs: kbs}
+	return &fixture{client: quarryv1.NewSearchServiceClient(conn), reg: reg, cfg: rc}
 }
 
 func callCtx(t *testing.T) context.Context {

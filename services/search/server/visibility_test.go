@@ -106,8 +106,10 @@ func TestListingShowsOnlyWhatTheKeyMayUse(t *testing.T) {
 
 // A watch outlives changes to the keys file: it sent the changes of every knowledge
 // base its key could see when it opened, after the key was narrowed to fewer, and went
-// on after the key was revoked. Each change is now sent as the key stands at that
-// moment, and a revoked key's watch ends UNAUTHENTICATED.
+// on after the key was revoked. A key whose knowledge bases change now has its watch
+// ended UNAVAILABLE (changes are deltas: the watcher starts again from a whole first
+// message, under the new rights), and a revoked key's watch ends UNAUTHENTICATED, each
+// within a couple of seconds and without waiting for a change.
 func TestAWatchFollowsTheKeysFile(t *testing.T) {
 	f := start(t)
 	path := filepath.Join(t.TempDir(), "keys.json")
@@ -136,40 +138,42 @@ func TestAWatchFollowsTheKeysFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := quarryv1.NewSearchServiceClient(serveWithPolicy(t, f, policy, platformOnlyKey))
-	ctx, cancel := context.WithTimeout(context.Background(), 4*wait)
-	defer cancel()
-	stream, err := c.WatchGenerations(ctx, &quarryv1.WatchGenerationsRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if first, err := stream.Recv(); err != nil || len(first.GetKnowledgeBases()) != 2 {
-		t.Fatalf("first message %v, %v: want both knowledge bases", first, err)
-	}
-	reload := func(id string) {
+	watch := func(want ...string) quarryv1.SearchService_WatchGenerationsClient {
 		t.Helper()
-		if _, err := f.reg.Load(context.Background(), id, f.dirs[id]); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*wait)
+		t.Cleanup(cancel)
+		stream, err := c.WatchGenerations(ctx, &quarryv1.WatchGenerationsRequest{})
+		if err != nil {
 			t.Fatal(err)
+		}
+		first, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ids := stateIDs(first.GetKnowledgeBases()); !slices.Equal(ids, want) {
+			t.Fatalf("first message holds %v, want %v", ids, want)
+		}
+		return stream
+	}
+	ends := func(stream quarryv1.SearchService_WatchGenerationsClient, want codes.Code) {
+		t.Helper()
+		start := time.Now()
+		msg, err := stream.Recv()
+		if status.Code(err) != want {
+			t.Fatalf("the watch got %v, %v; want %v", msg, err, want)
+		}
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("the watch ended after %v, want within a couple of seconds", took.Round(time.Millisecond))
 		}
 	}
 
-	// Narrowed to platform: a change of extras is not sent, one of platform is.
-	write(platform)
-	time.Sleep(1100 * time.Millisecond) // the keys file is looked at once a second at most
-	reload(extras)
-	reload(platform)
-	change, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ids := stateIDs(change.GetKnowledgeBases()); !slices.Equal(ids, []string{platform}) {
-		t.Fatalf("after the key was narrowed to %s, the watch sent %v", platform, ids)
-	}
-
-	// Revoked: the next change ends the watch.
-	write()
-	time.Sleep(1100 * time.Millisecond)
-	reload(platform)
-	if change, err := stream.Recv(); status.Code(err) != codes.Unauthenticated {
-		t.Fatalf("after the key was revoked, the watch got %v, %v; want UNAUTHENTICATED", change, err)
-	}
+	stream := watch(extras, platform)
+	write(platform) // narrowed
+	ends(stream, codes.Unavailable)
+	stream = watch(platform)
+	write(platform, extras) // widened
+	ends(stream, codes.Unavailable)
+	stream = watch(extras, platform)
+	write() // revoked
+	ends(stream, codes.Unauthenticated)
 }
