@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/gateway/cache"
 	"github.com/quarry-router/quarry/gateway/cache/redistest"
+	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 )
 
 // replicas are n routers, each with a Redis cache of its own on one Redis server, as n
