@@ -29,6 +29,13 @@ func (r *Redis) TryLease(ctx context.Context, name string, ttl time.Duration) (h
 		return err
 	})
 	if err != nil {
+		// Redis may have taken the lease and the reply missed the deadline: drop it if
+		// it is this token's, on a longer one, or the others would wait out its ttl.
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = releaseScript.Run(ctx, r.c, []string{key}, token).Err()
+		}()
 		return false, nil, err
 	}
 	if !held {

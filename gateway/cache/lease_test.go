@@ -2,11 +2,14 @@ package cache_test
 
 import (
 	"context"
+	"io"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/quarry-router/quarry/gateway/cache"
 	"github.com/quarry-router/quarry/gateway/cache/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // A lease is one replica's at a time; its holder keeps it past its time to live until
@@ -27,8 +30,10 @@ func TestLeasesAreOneReplicasAtATime(t *testing.T) {
 	if held, _, err := b.TryLease(ctx, "kb:1:design review", ttl); err != nil || held {
 		t.Fatalf("TryLease while another holds it: held %v, err %v; want refused", held, err)
 	}
-	if held, _, err := b.TryLease(ctx, "kb:1:another question", ttl); err != nil || !held {
+	if held, releaseOther, err := b.TryLease(ctx, "kb:1:another question", ttl); err != nil || !held {
 		t.Fatalf("TryLease of another name: held %v, err %v; want taken", held, err)
+	} else {
+		defer releaseOther()
 	}
 	time.Sleep(4 * ttl) // renewed meanwhile
 	if leased, err := b.Leased(ctx, "kb:1:design review"); err != nil || !leased {
@@ -48,5 +53,81 @@ func TestLeasesAreOneReplicasAtATime(t *testing.T) {
 	release()
 	if leased, _ := a.Leased(ctx, "kb:1:design review"); !leased {
 		t.Fatal("an earlier holder's release freed the current holder's lease")
+	}
+}
+
+// slowReplies forwards to addr, delaying every reply by d (a slow network, or a gateway
+// whose goroutine gets the CPU late): commands run on Redis at once.
+func slowReplies(t *testing.T, addr string, d time.Duration) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				return
+			}
+			go func() { io.Copy(s, c); s.Close() }()
+			go func() {
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := s.Read(buf)
+					if n > 0 {
+						time.Sleep(d)
+						if _, err := c.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						c.Close()
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// A lease that Redis took but whose reply came after the call's deadline is dropped: the
+// caller reports an error and answers itself, and nobody else may wait out the lease's
+// time to live for an answer that holder never gives.
+func TestALeaseWhoseReplyIsLateIsDropped(t *testing.T) {
+	srv := redistest.Start(t)
+	rc := testRedisConfig(slowReplies(t, srv.Addr, 20*time.Millisecond), "late:")
+	rc.Timeout = 10 * time.Millisecond
+	cl := newClient(t, rc)
+	if err := cl.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a := cache.NewRedis(cl, cache.DefaultConfig(), rc, time.Now, nil)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	ctx := context.Background()
+	if held, _, err := a.TryLease(ctx, "kb|1|-|q", 10*time.Second); err == nil || held {
+		t.Fatalf("TryLease through 20 ms replies with a 10 ms deadline: held %v, err %v; want an error", held, err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		n, err := admin.Exists(ctx, "late:lease:kb|1|-|q").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			ttl, _ := admin.PTTL(ctx, "late:lease:kb|1|-|q").Result()
+			t.Fatalf("the lease is still there (time to live %v), under a token nobody holds", ttl)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

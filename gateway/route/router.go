@@ -127,6 +127,8 @@ type answered struct {
 	resp   *quarryv1.QueryResponse
 	llm    *quarryv1.LlmTrace
 	stored bool
+	// peer: the answer another replica asked the LLM for (takeTurn).
+	peer bool
 }
 
 // call is the state of one Query.
@@ -620,7 +622,10 @@ func (c *call) agentAnswer(ctx context.Context, res *quarryv1.ResolveResponse, o
 		return resp, nil
 	}
 	outcome := "answered"
-	if a.resp.GetDegraded() {
+	switch {
+	case a.peer:
+		outcome = "answered by another replica, served from the cache"
+	case a.resp.GetDegraded():
 		outcome = "degraded: " + a.resp.GetDegradedReason()
 	}
 	c.stageSince("agent", start, outcome)
@@ -636,23 +641,18 @@ func (c *call) agentAnswer(ctx context.Context, res *quarryv1.ResolveResponse, o
 func (r *Router) answerFn(kb, query, norm string, tokens []string, gen, key uint64, res *quarryv1.ResolveResponse) func(context.Context, func(string)) (answered, error) {
 	return func(ctx context.Context, publish func(string)) (answered, error) {
 		if r.leases != nil {
-			name := flightKey(kb, key, norm, false)
-			held, release, err := r.leases.TryLease(ctx, name, leaseTTL)
-			switch {
-			case err != nil:
-				// The shared cache is unavailable: answer here, as one replica would.
-			case held:
+			peer, release := r.takeTurn(ctx, kb, key, norm)
+			if release != nil {
 				defer release() // after the answer is cached, below
-			default:
-				if resp := r.awaitPeer(ctx, name, kb, key, norm); resp != nil {
-					publish(resp.GetAnswer())
-					return answered{resp: resp}, nil
-				}
-				if err := ctx.Err(); err != nil {
-					return answered{}, err
-				}
-				// That replica let go without caching an answer (it failed, or its
-				// answer was degraded): this one asks.
+			}
+			if peer != nil {
+				publish(peer.GetAnswer())
+				return answered{resp: peer, peer: true}, nil
+			}
+			if err := ctx.Err(); err != nil {
+				// Out of time waiting for another replica: as an agent out of time, the
+				// fallback, which a caller with more time asks again for (agentAnswer).
+				return answered{resp: degraded(kb, res, gen, agentFailure(err))}, nil
 			}
 		}
 		var streamed strings.Builder
@@ -807,37 +807,76 @@ const leaseTTL = 10 * time.Second
 // peerPoll is how often a replica waiting for another's answer looks for it.
 const peerPoll = 100 * time.Millisecond
 
+// maxPeerFailures is how many Redis calls in a row may fail (each has -redis-timeout,
+// 10 ms) before a replica waiting for another's answer stops waiting: one slow reply
+// says nothing of the holder, a Redis that stays down does.
+const maxPeerFailures = 10
+
+// takeTurn decides which replica asks the LLM for a question. It returns the answer
+// another replica cached, to serve as a cache hit; or release, when this replica took
+// the question's lease and asks (release once the answer is cached); or neither, when
+// this replica asks without the lease (Redis failed, or the holder let go without
+// caching an answer: it failed, or its answer was degraded or too large) or ctx ended.
+func (r *Router) takeTurn(ctx context.Context, kb string, key uint64, norm string) (peer *quarryv1.QueryResponse, release func()) {
+	name := flightKey(kb, key, norm, false)
+	held, release, err := r.leases.TryLease(ctx, name, leaseTTL)
+	switch {
+	case err != nil:
+		return nil, nil
+	case held:
+		// The lease may be free because its holder has just cached the answer, after
+		// this replica's lookup missed and while it searched.
+		if resp := r.cachedAnswer(ctx, kb, key, norm); resp != nil {
+			release()
+			return resp, nil
+		}
+		return nil, release
+	}
+	return r.awaitPeer(ctx, name, kb, key, norm), nil
+}
+
 // awaitPeer waits until the answer the lease called name is held for reaches the
 // cache, and returns it as a cache hit; nil when the holder lets go without caching an
-// answer, or ctx ends.
+// answer, Redis keeps failing, or ctx ends.
 func (r *Router) awaitPeer(ctx context.Context, name, kb string, key uint64, norm string) *quarryv1.QueryResponse {
-	cached := func() *quarryv1.QueryResponse {
-		e, err := r.store.Get(ctx, kb, key, norm)
-		if err != nil {
-			return nil
-		}
-		resp, err := fromCache(e, quarryv1.Tier_TIER_EXACT_CACHE)
-		if err != nil {
-			return nil
-		}
-		return resp
-	}
 	t := time.NewTicker(peerPoll)
 	defer t.Stop()
+	failures := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		if resp := cached(); resp != nil {
+		if resp := r.cachedAnswer(ctx, kb, key, norm); resp != nil {
 			return resp
 		}
-		if held, err := r.leases.Leased(ctx, name); err != nil || !held {
+		held, err := r.leases.Leased(ctx, name)
+		switch {
+		case err != nil:
+			if failures++; failures >= maxPeerFailures {
+				return nil
+			}
+		case !held:
 			// The holder caches its answer before it lets go: one last look.
-			return cached()
+			return r.cachedAnswer(ctx, kb, key, norm)
+		default:
+			failures = 0
 		}
 	}
+}
+
+// cachedAnswer is the cached answer to a question, as a cache hit, or nil.
+func (r *Router) cachedAnswer(ctx context.Context, kb string, key uint64, norm string) *quarryv1.QueryResponse {
+	e, err := r.store.Get(ctx, kb, key, norm)
+	if err != nil {
+		return nil
+	}
+	resp, err := fromCache(e, quarryv1.Tier_TIER_EXACT_CACHE)
+	if err != nil {
+		return nil
+	}
+	return resp
 }
 
 // fromCache decodes a cached answer for serving from tier.

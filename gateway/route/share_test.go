@@ -3,6 +3,7 @@ package route
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,20 +11,38 @@ import (
 	"github.com/quarry-router/quarry/gateway/cache"
 	"github.com/quarry-router/quarry/gateway/cache/redistest"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/redis/go-redis/v9"
 )
 
 // replicas are n routers, each with a Redis cache of its own on one Redis server, as n
 // gateway replicas share one, and the same agent.
 func replicas(t *testing.T, n int, share bool, agent Agent) []*Router {
 	t.Helper()
+	rs, _ := replicasOn(t, n, share, 2*time.Second, agent)
+	out := make([]*Router, n)
+	for i, r := range rs {
+		out[i] = r.router
+	}
+	return out
+}
+
+type replica struct {
+	router *Router
+	res    *fakeResolver
+}
+
+// replicasOn is replicas with each cache call's deadline (-redis-timeout), returning
+// each replica's resolver and the Redis server's address too.
+func replicasOn(t *testing.T, n int, share bool, timeout time.Duration, agent Agent) ([]replica, string) {
+	t.Helper()
 	srv := redistest.Start(t)
 	cfg := DefaultConfig()
 	cfg.ShareAnswers = share
 	gens := &fakeGens{gens: map[string]uint64{"kb": 1}}
-	var out []*Router
+	var out []replica
 	for range n {
 		rc := cache.DefaultRedisConfig()
-		rc.Addr, rc.Timeout = srv.Addr, 2*time.Second
+		rc.Addr, rc.Timeout = srv.Addr, timeout
 		client, err := rc.NewClient()
 		if err != nil {
 			t.Fatal(err)
@@ -34,9 +53,32 @@ func replicas(t *testing.T, n int, share bool, agent Agent) []*Router {
 		res.set(canned(gens))
 		r := New(cfg, store, res, agent, gens, nil)
 		r.ShareAnswersVia(store)
-		out = append(out, r)
+		out = append(out, replica{r, res})
 	}
-	return out
+	return out, srv.Addr
+}
+
+const designQuestion = "What is our design review process?"
+
+func askDesign(ctx context.Context, r *Router) (*quarryv1.QueryResponse, error) {
+	return r.Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: designQuestion, Explain: true}, nil)
+}
+
+// slowAgent answers after delay, counting the questions it is asked.
+type slowAgent struct {
+	asked atomic.Int64
+	delay time.Duration
+}
+
+func (a *slowAgent) Answer(ctx context.Context, _ *quarryv1.AnswerRequest, onDelta func(string)) (*quarryv1.AgentAnswer, error) {
+	a.asked.Add(1)
+	select {
+	case <-time.After(a.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	onDelta("Design reviews happen weekly.")
+	return &quarryv1.AgentAnswer{Answer: "Design reviews happen weekly."}, nil
 }
 
 // gatedAgent answers once released, counting the questions it is asked.
@@ -67,7 +109,7 @@ func askBoth(t *testing.T, rs []*Router, agent *gatedAgent) [2]*quarryv1.QueryRe
 	var out [2]*quarryv1.QueryResponse
 	errs := make(chan error, 2)
 	ask := func(i int) {
-		resp, err := rs[i].Query(context.Background(), &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "What is our design review process?"}, nil)
+		resp, err := askDesign(context.Background(), rs[i])
 		out[i] = resp
 		errs <- err
 	}
@@ -99,6 +141,89 @@ func TestReplicasShareAnAnswer(t *testing.T) {
 			t.Errorf("replica %d answered %q (degraded %v), want the agent's answer", i, resp.GetAnswer(), resp.GetDegraded())
 		}
 	}
+	if !strings.Contains(stageOutcome(out[1], "agent"), "another replica") {
+		t.Errorf("the second replica's agent stage reads %q, want it to say another replica answered", stageOutcome(out[1], "agent"))
+	}
+}
+
+func stageOutcome(resp *quarryv1.QueryResponse, name string) string {
+	for _, st := range resp.GetExplain().GetStages() {
+		if st.GetName() == name {
+			return st.GetOutcome()
+		}
+	}
+	return ""
+}
+
+// A replica whose lookup missed just before another cached the answer, and which then
+// takes the free lease, serves the cached answer rather than ask the LLM again.
+func TestATurnTakenLateServesTheCachedAnswer(t *testing.T) {
+	agent := &slowAgent{delay: 50 * time.Millisecond}
+	rs, _ := replicasOn(t, 2, true, 2*time.Second, agent)
+	firstDone := make(chan struct{})
+	rs[1].res.before = func(context.Context, int) error { <-firstDone; return nil } // its search is slower
+	errs := make(chan error, 1)
+	var second *quarryv1.QueryResponse
+	go func() {
+		var err error
+		second, err = askDesign(context.Background(), rs[1].router)
+		errs <- err
+	}()
+	waitUntil(t, "the second replica searches", func() bool { return rs[1].res.calls.Load() == 1 })
+	if _, err := askDesign(context.Background(), rs[0].router); err != nil {
+		t.Fatal(err)
+	}
+	close(firstDone)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if n := agent.asked.Load(); n != 1 {
+		t.Fatalf("the agent was asked %d times, want once: the answer was cached when the second took the lease", n)
+	}
+	wantTier(t, second, quarryv1.Tier_TIER_EXACT_CACHE, quarryv1.Tier_TIER_SINGLE_LLM, true)
+}
+
+// A wait started by a caller with little time ends with that caller's time; a caller
+// with more time that joined it asks again instead of taking its end as a failure.
+func TestAShortWaitLetsALongerCallerHaveTheAnswer(t *testing.T) {
+	agent := &slowAgent{delay: 1500 * time.Millisecond}
+	rs, _ := replicasOn(t, 2, true, 2*time.Second, agent)
+	go askDesign(context.Background(), rs[0].router)
+	waitUntil(t, "the first replica asks the agent", func() bool { return agent.asked.Load() == 1 })
+	short, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	go askDesign(short, rs[1].router) // starts the second replica's wait
+	time.Sleep(200 * time.Millisecond)
+	resp, err := askDesign(context.Background(), rs[1].router) // joins it
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetDegraded() || resp.GetAnswer() != "Design reviews happen weekly." {
+		t.Fatalf("the caller with time got %q (degraded %v, %q), want the first replica's answer", resp.GetAnswer(), resp.GetDegraded(), resp.GetDegradedReason())
+	}
+}
+
+// With the default 10 ms per Redis call, a Redis that stalls for a quarter second while
+// a replica waits (its calls time out) does not make it ask the LLM beside the holder,
+// which is still answering.
+func TestAWaitRidesOutASlowRedis(t *testing.T) {
+	agent := &slowAgent{delay: 1500 * time.Millisecond}
+	rs, addr := replicasOn(t, 2, true, 10*time.Millisecond, agent)
+	go askDesign(context.Background(), rs[0].router)
+	waitUntil(t, "the first replica asks the agent", func() bool { return agent.asked.Load() == 1 })
+	done := make(chan struct{})
+	go func() { askDesign(context.Background(), rs[1].router); close(done) }()
+	time.Sleep(300 * time.Millisecond) // waiting by now
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	defer admin.Close()
+	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", "250", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n := agent.asked.Load(); n != 1 {
+		t.Errorf("the agent was asked %d times: a Redis stall made the waiting replica ask too", n)
+	}
+	<-done
 }
 
 // When the replica that asked fails (its fallback is not cached), the one waiting asks
