@@ -74,18 +74,41 @@ func (r *Redis) TryLease(ctx context.Context, name string, ttl time.Duration) (h
 	return true, release, nil
 }
 
-// Leased reports whether some replica holds the lease called name.
-func (r *Redis) Leased(ctx context.Context, name string) (bool, error) {
-	var n int64
+// Awaited is one look of a replica waiting for the answer whose lease another holds:
+// the entry cached for kb, gen and query, if there is one, and whether the lease called
+// name is still held, read together (the holder caches its answer before it lets go,
+// so a free lease and no entry mean it cached none). It is counted as op=lease, not as
+// a lookup: waiting must not read as cache misses.
+func (r *Redis) Awaited(ctx context.Context, name, kb string, gen uint64, query string) (*Entry, bool, error) {
+	var res []any
 	err := r.call(ctx, opLease, func(ctx context.Context) error {
 		var err error
-		n, err = r.c.Exists(ctx, r.leaseKey(name)).Result()
+		res, err = awaitScript.Run(ctx, r.c, []string{r.EntryKey(kb, gen, query), r.leaseKey(name)}).Slice()
 		return err
 	})
-	return n > 0, err
+	if err != nil {
+		return nil, false, err
+	}
+	held := len(res) > 1 && res[1] == int64(1)
+	raw, ok := res[0].(string)
+	if !ok {
+		return nil, held, nil
+	}
+	e, outcome := r.valid(raw, kb, gen)
+	if outcome != outcomeHit || e.Query != query {
+		return nil, held, nil
+	}
+	return e, held, nil
 }
 
 func (r *Redis) leaseKey(name string) string { return r.prefix + "lease:" + keyPart(name) }
+
+// awaitScript reads an entry (false when absent or not a string) and whether a lease
+// key exists. KEYS: entry, lease.
+var awaitScript = redis.NewScript(`
+local v = redis.pcall('GET', KEYS[1])
+if type(v) ~= 'string' then v = false end
+return {v, redis.call('EXISTS', KEYS[2])}`)
 
 // renewScript extends a lease's time to live if the caller still holds it; releaseScript
 // deletes it if so. ARGV[1] is the holder's token.

@@ -22,6 +22,10 @@ func TestLeasesAreOneReplicasAtATime(t *testing.T) {
 	b := cache.NewRedis(newClient(t, rc), cache.DefaultConfig(), rc, time.Now, nil)
 	ctx := context.Background()
 	const ttl = 300 * time.Millisecond
+	leased := func(s *cache.Redis, name string) (bool, error) {
+		_, held, err := s.Awaited(ctx, name, "kb", 1, "design review")
+		return held, err
+	}
 
 	held, release, err := a.TryLease(ctx, "kb:1:design review", ttl)
 	if err != nil || !held {
@@ -36,13 +40,13 @@ func TestLeasesAreOneReplicasAtATime(t *testing.T) {
 		defer releaseOther()
 	}
 	time.Sleep(4 * ttl) // renewed meanwhile
-	if leased, err := b.Leased(ctx, "kb:1:design review"); err != nil || !leased {
-		t.Fatalf("Leased after 4 × ttl while held: %v, %v; want held (renewed)", leased, err)
+	if held, err := leased(b, "kb:1:design review"); err != nil || !held {
+		t.Fatalf("the lease after 4 × ttl while held: %v, %v; want held (renewed)", held, err)
 	}
 	release()
 	release() // twice is harmless
-	if leased, err := b.Leased(ctx, "kb:1:design review"); err != nil || leased {
-		t.Fatalf("Leased after release: %v, %v; want free", leased, err)
+	if held, err := leased(b, "kb:1:design review"); err != nil || held {
+		t.Fatalf("the lease after release: %v, %v; want free", held, err)
 	}
 	held, releaseB, err := b.TryLease(ctx, "kb:1:design review", ttl)
 	if err != nil || !held {
@@ -51,8 +55,20 @@ func TestLeasesAreOneReplicasAtATime(t *testing.T) {
 	defer releaseB()
 	// The first holder's late release must not free the second's lease.
 	release()
-	if leased, _ := a.Leased(ctx, "kb:1:design review"); !leased {
+	if held, _ := leased(a, "kb:1:design review"); !held {
 		t.Fatal("an earlier holder's release freed the current holder's lease")
+	}
+
+	// A waiter reads the holder's answer and the lease in one look.
+	if err := b.Put(ctx, &cache.Entry{KB: "kb", Generation: 1, Query: "design review", Value: []byte("weekly")}); err != nil {
+		t.Fatal(err)
+	}
+	e, held, err := a.Awaited(ctx, "kb:1:design review", "kb", 1, "design review")
+	if err != nil || e == nil || string(e.Value) != "weekly" || !held {
+		t.Fatalf("Awaited = %v, %v, %v; want the cached entry and the lease held", e, held, err)
+	}
+	if e, _, err := a.Awaited(ctx, "kb:1:design review", "kb", 2, "design review"); err != nil || e != nil {
+		t.Fatalf("Awaited of another generation = %v, %v; want no entry", e, err)
 	}
 }
 

@@ -75,8 +75,9 @@ type Leaser interface {
 	// TryLease takes the lease called name for ttl unless another holder has it,
 	// renewing it until release is called.
 	TryLease(ctx context.Context, name string, ttl time.Duration) (held bool, release func(), err error)
-	// Leased reports whether some replica holds the lease called name.
-	Leased(ctx context.Context, name string) (bool, error)
+	// Awaited returns the entry cached for kb, gen and query, or nil, and whether the
+	// lease called name is still held, read together.
+	Awaited(ctx context.Context, name, kb string, gen uint64, query string) (*cache.Entry, bool, error)
 }
 
 // ShareAnswersVia has the router take turns with the other replicas of the cache
@@ -848,18 +849,19 @@ func (r *Router) awaitPeer(ctx context.Context, name, kb string, key uint64, nor
 			return nil
 		case <-t.C:
 		}
-		if resp := r.cachedAnswer(ctx, kb, key, norm); resp != nil {
-			return resp
-		}
-		held, err := r.leases.Leased(ctx, name)
+		e, held, err := r.leases.Awaited(ctx, name, kb, key, norm)
 		switch {
 		case err != nil:
 			if failures++; failures >= maxPeerFailures {
 				return nil
 			}
+		case e != nil:
+			if resp, err := fromCache(e, quarryv1.Tier_TIER_EXACT_CACHE); err == nil {
+				return resp
+			}
+			return nil
 		case !held:
-			// The holder caches its answer before it lets go: one last look.
-			return r.cachedAnswer(ctx, kb, key, norm)
+			return nil // the holder let go without caching an answer
 		default:
 			failures = 0
 		}

@@ -29,6 +29,7 @@ func replicas(t *testing.T, n int, share bool, agent Agent) []*Router {
 type replica struct {
 	router *Router
 	res    *fakeResolver
+	store  *cache.Redis
 }
 
 // replicasOn is replicas with each cache call's deadline (-redis-timeout), returning
@@ -53,7 +54,7 @@ func replicasOn(t *testing.T, n int, share bool, timeout time.Duration, agent Ag
 		res.set(canned(gens))
 		r := New(cfg, store, res, agent, gens, nil)
 		r.ShareAnswersVia(store)
-		out = append(out, replica{r, res})
+		out = append(out, replica{r, res, store})
 	}
 	return out, srv.Addr
 }
@@ -153,6 +154,24 @@ func stageOutcome(resp *quarryv1.QueryResponse, name string) string {
 		}
 	}
 	return ""
+}
+
+// Waiting for another replica's answer is counted as lease calls, not as cache
+// lookups: ten looks a second during an LLM answer would read as a cache that misses.
+func TestWaitingIsNotCountedAsCacheMisses(t *testing.T) {
+	agent := &slowAgent{delay: time.Second}
+	rs, _ := replicasOn(t, 2, true, 2*time.Second, agent)
+	go askDesign(context.Background(), rs[0].router)
+	waitUntil(t, "the first replica asks the agent", func() bool { return agent.asked.Load() == 1 })
+	resp, err := askDesign(context.Background(), rs[1].router)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTier(t, resp, quarryv1.Tier_TIER_EXACT_CACHE, quarryv1.Tier_TIER_SINGLE_LLM, true)
+	// Its own exact and fuzzy lookups, before the search: two misses.
+	if st := rs[1].store.Stats(); st.Misses > 2 {
+		t.Errorf("the waiting replica's cache counted %d misses, want its two lookups", st.Misses)
+	}
 }
 
 // A replica whose lookup missed just before another cached the answer, and which then
