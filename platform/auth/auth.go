@@ -296,8 +296,12 @@ func withCaller(ctx context.Context, p *Policy, method string, k *parsedKey) con
 	if k == nil {
 		return ctx
 	}
-	ctx = context.WithValue(ctx, callerKey{}, Caller{Name: k.Name, ID: k.SHA256, Limits: k.Limits, KnowledgeBases: k.KnowledgeBases})
+	ctx = context.WithValue(ctx, callerKey{}, k.caller())
 	return context.WithValue(ctx, recheckKey{}, recheck{p, method})
+}
+
+func (k *parsedKey) caller() Caller {
+	return Caller{Name: k.Name, ID: k.SHA256, Limits: k.Limits, KnowledgeBases: k.KnowledgeBases}
 }
 
 type recheckKey struct{}
@@ -308,19 +312,20 @@ type recheck struct {
 }
 
 // Recheck authorizes the call in ctx again, against the keys as they are now, for a
-// call that outlives changes to the keys file (a watch): it returns ctx with the key's
-// current rights as its caller, or an UNAUTHENTICATED or PERMISSION_DENIED status once
-// the key is revoked or loses the method. A call no policy checked (an open one) passes.
-func Recheck(ctx context.Context) (context.Context, error) {
+// call that outlives changes to the keys file (a watch): it returns the key's current
+// rights, as CallerFrom does, or an UNAUTHENTICATED or PERMISSION_DENIED status once the
+// key is revoked or loses the method. A call no policy checked (an open one) passes,
+// with no caller.
+func Recheck(ctx context.Context) (Caller, bool, error) {
 	r, ok := ctx.Value(recheckKey{}).(recheck)
 	if !ok {
-		return ctx, nil
+		return Caller{}, false, nil
 	}
 	k, err := r.p.authorize(ctx, r.method, "")
 	if err != nil {
-		return ctx, toStatus(err)
+		return Caller{}, false, toStatus(err)
 	}
-	return withCaller(ctx, r.p, r.method, k), nil
+	return k.caller(), true, nil
 }
 
 func (p *Policy) needsWrite(method string) bool {

@@ -172,11 +172,11 @@ func (s *Server) WatchGenerations(_ *quarryv1.WatchGenerationsRequest, stream gr
 	// watcher's next watch starts from a whole first message under the new rights. A
 	// revoked key's ends UNAUTHENTICATED. Looked at on every change and every second.
 	recheck := func() error {
-		now, err := auth.Recheck(ctx) // from the call's context: no chain grows
+		c, _, err := auth.Recheck(ctx)
 		if err != nil {
 			return err
 		}
-		if c, _ := auth.CallerFrom(now); !slices.Equal(c.KnowledgeBases, opened.KnowledgeBases) {
+		if !slices.Equal(c.KnowledgeBases, opened.KnowledgeBases) {
 			return status.Error(codes.Unavailable, "this API key's knowledge bases changed: watch again")
 		}
 		return nil
