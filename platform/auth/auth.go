@@ -199,6 +199,14 @@ func (p *Policy) current() []parsedKey {
 	return p.keys
 }
 
+// held returns the keys as last read, without looking at the keys file (see Tap).
+func (p *Policy) held() []parsedKey {
+	if p.file != nil {
+		return p.file.Peek()
+	}
+	return p.keys
+}
+
 // Open reports whether the policy lets anyone in (no keys configured).
 func (p *Policy) Open() bool { return p.file == nil && len(p.current()) == 0 }
 
@@ -235,9 +243,6 @@ func (p *Policy) Authorize(ctx context.Context, method, kb string) (name string,
 }
 
 func (p *Policy) authorize(ctx context.Context, method, kb string) (*parsedKey, error) {
-	if p.file != nil && ctx.Value(lookAgainKey{}) != nil {
-		p.file.Refresh() // Tap handed this call the look at the keys file (see Tap)
-	}
 	keys := p.current()
 	if p.file == nil && len(keys) == 0 {
 		return nil, nil // open
@@ -424,11 +429,7 @@ func (p *Policy) Tap(skip func(method string) bool) tap.ServerInHandle {
 		if p.Open() || (skip != nil && skip(info.FullMethodName)) {
 			return ctx, nil
 		}
-		keys := p.keys
-		if p.file != nil {
-			keys = p.file.Peek()
-		}
-		if lookup(keys, info.Header) != nil {
+		if lookup(p.held(), info.Header) != nil {
 			return ctx, nil
 		}
 		if p.file != nil && p.file.Claim() {
@@ -440,6 +441,15 @@ func (p *Policy) Tap(skip func(method string) bool) tap.ServerInHandle {
 }
 
 type lookAgainKey struct{}
+
+// lookIfHanded looks at the keys file when Tap handed the call in ctx that look. The
+// interceptors call it once per call, before they authorize it; what else authorizes
+// the call later (each message of a stream, Recheck) reads the keys as Get does.
+func (p *Policy) lookIfHanded(ctx context.Context) {
+	if p.file != nil && ctx.Value(lookAgainKey{}) != nil {
+		p.file.Refresh()
+	}
+}
 
 // refusedLogEvery bounds the log lines of calls Tap refuses: one per interval at most,
 // counting them, so that a client without a key cannot flood the log.
@@ -470,6 +480,7 @@ func (p *Policy) UnaryInterceptor(skip func(method string) bool) grpc.UnaryServe
 		if p.Open() || (skip != nil && skip(info.FullMethod)) {
 			return handler(ctx, req)
 		}
+		p.lookIfHanded(ctx)
 		k, err := p.authorize(ctx, info.FullMethod, knowledgeBase(req))
 		if err != nil {
 			return nil, toStatus(err)
@@ -485,6 +496,7 @@ func (p *Policy) StreamInterceptor(skip func(method string) bool) grpc.StreamSer
 		if p.Open() || (skip != nil && skip(info.FullMethod)) {
 			return handler(srv, ss)
 		}
+		p.lookIfHanded(ss.Context())
 		k, err := p.authorize(ss.Context(), info.FullMethod, "")
 		if err != nil {
 			return toStatus(err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -89,6 +90,11 @@ func TestTapNeverWaitsAndTakesANewKeyAtItsFirstCall(t *testing.T) {
 		t.Fatalf("the first call of a key just added: %v, want it let through to be checked against the file", err)
 	}
 	go func() { // the interceptor, on the call's own goroutine, may wait for the log
+		info := &grpc.UnaryServerInfo{FullMethod: query}
+		handler := func(context.Context, any) (any, error) { return nil, nil }
+		if _, err := p.UnaryInterceptor(nil)(ctx, nil, info, handler); err != nil {
+			t.Errorf("the interceptor refused the key just added: %v", err)
+		}
 		if _, err := p.Authorize(ctx, query, "platform"); err != nil {
 			t.Errorf("Authorize of the key just added: %v", err)
 		}

@@ -49,7 +49,7 @@ func New[T any](parse func() (T, error), files ...string) (*Value[T], error) {
 // at them and one changed.
 func (v *Value[T]) Get() T {
 	if v.Claim() {
-		v.refresh()
+		v.Refresh()
 	}
 	return *v.val.Load()
 }
@@ -69,9 +69,7 @@ func (v *Value[T]) Claim() bool {
 }
 
 // Refresh looks at the files now, parsing them again if one changed.
-func (v *Value[T]) Refresh() { v.refresh() }
-
-func (v *Value[T]) refresh() {
+func (v *Value[T]) Refresh() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	st := v.stamp()
