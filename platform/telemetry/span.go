@@ -106,14 +106,7 @@ func (p *tracerProvider) Tracer(name string, opts ...trace.TracerOption) trace.T
 
 // ForceFlush exports the spans ended so far.
 func (p *tracerProvider) ForceFlush(ctx context.Context) error {
-	var errs []error
-	for _, s := range p.sinks {
-		if err := ctx.Err(); err != nil {
-			return errors.Join(append(errs, err)...)
-		}
-		errs = append(errs, s.ForceFlush(ctx))
-	}
-	return errors.Join(errs...)
+	return p.eachSink(ctx, spanSink.ForceFlush)
 }
 
 // Shutdown exports what is queued and stops: later tracers are no-ops, and spans
@@ -122,12 +115,18 @@ func (p *tracerProvider) Shutdown(ctx context.Context) error {
 	if p.stopped.Swap(true) {
 		return nil
 	}
+	return p.eachSink(ctx, spanSink.Shutdown)
+}
+
+// eachSink calls f on each sink in turn, stopping when ctx is done, as the SDK's
+// provider does with its processors.
+func (p *tracerProvider) eachSink(ctx context.Context, f func(spanSink, context.Context) error) error {
 	var errs []error
 	for _, s := range p.sinks {
 		if err := ctx.Err(); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		errs = append(errs, s.Shutdown(ctx))
+		errs = append(errs, f(s, ctx))
 	}
 	return errors.Join(errs...)
 }

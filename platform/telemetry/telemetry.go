@@ -165,7 +165,6 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 			}
 		}
 		var sinks []spanSink
-		opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(sampler)}
 		for _, exp := range exps {
 			var sink spanSink = newBatcher(exp, bc)
 			if cfg.SpanExporter != nil && !cfg.Batch {
@@ -173,9 +172,12 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 				sink = newSyncer(exp)
 			}
 			sinks = append(sinks, sink)
-			opts = append(opts, sdktrace.WithSpanProcessor(sink))
 		}
 		if sdkSpans {
+			opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(sampler)}
+			for _, sink := range sinks {
+				opts = append(opts, sdktrace.WithSpanProcessor(sink))
+			}
 			t.tracer = sdktrace.NewTracerProvider(opts...)
 		} else {
 			t.tracer = newTracerProvider(res, sampler, sinks...)
