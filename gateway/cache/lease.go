@@ -94,11 +94,10 @@ func (r *Redis) Awaited(ctx context.Context, name, kb string, gen uint64, query 
 	if !ok {
 		return nil, held, nil
 	}
-	e, outcome := r.valid(raw, kb, gen)
-	if outcome != outcomeHit || e.Query != query {
-		return nil, held, nil
+	if e, outcome := r.validFor(raw, kb, gen, query); outcome == outcomeHit {
+		return e, held, nil
 	}
-	return e, held, nil
+	return nil, held, nil
 }
 
 func (r *Redis) leaseKey(name string) string { return r.prefix + "lease:" + keyPart(name) }

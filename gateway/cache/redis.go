@@ -442,10 +442,7 @@ func (r *Redis) Get(ctx context.Context, kb string, gen uint64, query string) (*
 	if err != nil {
 		return nil, err
 	}
-	e, outcome := r.valid(raw, kb, gen)
-	if outcome == outcomeHit && e.Query != query {
-		outcome = outcomeBadEntry // a hashed long query that collided
-	}
+	e, outcome := r.validFor(raw, kb, gen, query)
 	r.metrics.add(ctx, opGet, outcome)
 	if outcome != outcomeHit {
 		return nil, ErrMiss
@@ -464,6 +461,16 @@ func (r *Redis) valid(raw string, kb string, gen uint64) (*Entry, int) {
 		return nil, outcomeMiss
 	}
 	return e, outcomeHit
+}
+
+// validFor is valid for the entry of query: one stored under a hashed long query that
+// collided with another is a bad entry.
+func (r *Redis) validFor(raw, kb string, gen uint64, query string) (*Entry, int) {
+	e, outcome := r.valid(raw, kb, gen)
+	if outcome == outcomeHit && e.Query != query {
+		outcome = outcomeBadEntry
+	}
+	return e, outcome
 }
 
 // Similar implements Store.

@@ -827,9 +827,11 @@ func (r *Router) takeTurn(ctx context.Context, kb string, key uint64, norm strin
 	case held:
 		// The lease may be free because its holder has just cached the answer, after
 		// this replica's lookup missed and while it searched.
-		if resp := r.cachedAnswer(ctx, kb, key, norm); resp != nil {
-			release()
-			return resp, nil
+		if e, _, err := r.leases.Awaited(ctx, name, kb, key, norm); err == nil && e != nil {
+			if resp, err := fromCache(e, quarryv1.Tier_TIER_EXACT_CACHE); err == nil {
+				release()
+				return resp, nil
+			}
 		}
 		return nil, release
 	}
@@ -866,19 +868,6 @@ func (r *Router) awaitPeer(ctx context.Context, name, kb string, key uint64, nor
 			failures = 0
 		}
 	}
-}
-
-// cachedAnswer is the cached answer to a question, as a cache hit, or nil.
-func (r *Router) cachedAnswer(ctx context.Context, kb string, key uint64, norm string) *quarryv1.QueryResponse {
-	e, err := r.store.Get(ctx, kb, key, norm)
-	if err != nil {
-		return nil
-	}
-	resp, err := fromCache(e, quarryv1.Tier_TIER_EXACT_CACHE)
-	if err != nil {
-		return nil
-	}
-	return resp
 }
 
 // fromCache decodes a cached answer for serving from tier.
