@@ -14,29 +14,10 @@ import (
 // new key was refused and a revoked one kept working until every pod restarted. A file
 // changed into one that cannot be used keeps the keys read before.
 func TestAKeysFileIsReadAgainWhenItChanges(t *testing.T) {
-	old := reloadEvery
-	reloadEvery = 10 * time.Millisecond
-	t.Cleanup(func() { reloadEvery = old })
-
+	lookEvery(t, 10*time.Millisecond)
 	path := filepath.Join(t.TempDir(), "keys.json")
-	write := func(body string) {
-		t.Helper()
-		// As the kubelet does: a new file put in place, never one written in place.
-		tmp := path + ".new"
-		if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-	}
-	keys := func(ks ...Key) string {
-		b, err := json.Marshal(ks)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
+	write := func(body string) { t.Helper(); replaceFile(t, path, body) }
+	keys := func(ks ...Key) string { t.Helper(); return keysJSON(t, ks...) }
 	a := Key{Name: "team-a", SHA256: HashKey(teamA), KnowledgeBases: []string{"platform"}}
 	b := Key{Name: "team-b", SHA256: HashKey(teamB), KnowledgeBases: []string{"platform"}}
 	write(keys(a))
@@ -80,4 +61,34 @@ func TestAKeysFileIsReadAgainWhenItChanges(t *testing.T) {
 	if p.Open() {
 		t.Error("a policy read from a file became open")
 	}
+}
+
+// lookEvery makes the keys file looked at every d for the test.
+func lookEvery(t *testing.T, d time.Duration) {
+	old := reloadEvery
+	reloadEvery = d
+	t.Cleanup(func() { reloadEvery = old })
+}
+
+// replaceFile puts a new file holding body at path, as the kubelet updates a Secret's
+// volume: never one written in place.
+func replaceFile(t *testing.T, path, body string) {
+	t.Helper()
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// keysJSON is a keys file holding ks.
+func keysJSON(t *testing.T, ks ...Key) string {
+	t.Helper()
+	b, err := json.Marshal(ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -3,9 +3,7 @@ package auth
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -36,23 +34,9 @@ func (h blockingHandler) Handle(ctx context.Context, r slog.Record) error {
 // key added to the file is taken at its first call, which the tap lets through with the
 // look at the file for its interceptor to do; calls it refuses are counted in the log.
 func TestTapNeverWaitsAndTakesANewKeyAtItsFirstCall(t *testing.T) {
-	old := reloadEvery
-	reloadEvery = 50 * time.Millisecond
-	t.Cleanup(func() { reloadEvery = old })
+	lookEvery(t, 50*time.Millisecond)
 	path := filepath.Join(t.TempDir(), "keys.json")
-	write := func(ks ...Key) {
-		t.Helper()
-		b, err := json.Marshal(ks)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path+".new", b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(path+".new", path); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(ks ...Key) { t.Helper(); replaceFile(t, path, keysJSON(t, ks...)) }
 	a := Key{Name: "team-a", SHA256: HashKey(teamA), KnowledgeBases: []string{"platform"}}
 	b := Key{Name: "team-b", SHA256: HashKey(teamB), KnowledgeBases: []string{"platform"}}
 	write(a)

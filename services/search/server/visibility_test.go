@@ -88,20 +88,9 @@ func TestListingShowsOnlyWhatTheKeyMayUse(t *testing.T) {
 		t.Errorf("ListKnowledgeBases with a platform-only key lists %v: %q (domains %v) leaks", ids, extras, resp.GetKnowledgeBases()[slices.Index(ids, extras)].GetDomains())
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	stream, err := c.WatchGenerations(ctx, &quarryv1.WatchGenerationsRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ids := stateIDs(first.GetKnowledgeBases()); slices.Contains(ids, extras) {
+	if _, ids := watchFirst(t, c, wait); slices.Contains(ids, extras) {
 		t.Errorf("WatchGenerations with a platform-only key sends %v: %q leaks", ids, extras)
 	}
-	cancel()
 }
 
 // A watch outlives changes to the keys file: it sent the changes of every knowledge
@@ -140,17 +129,8 @@ func TestAWatchFollowsTheKeysFile(t *testing.T) {
 	c := quarryv1.NewSearchServiceClient(serveWithPolicy(t, f, policy, platformOnlyKey))
 	watch := func(want ...string) quarryv1.SearchService_WatchGenerationsClient {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 4*wait)
-		t.Cleanup(cancel)
-		stream, err := c.WatchGenerations(ctx, &quarryv1.WatchGenerationsRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		first, err := stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ids := stateIDs(first.GetKnowledgeBases()); !slices.Equal(ids, want) {
+		stream, ids := watchFirst(t, c, 4*wait)
+		if !slices.Equal(ids, want) {
 			t.Fatalf("first message holds %v, want %v", ids, want)
 		}
 		return stream
@@ -176,4 +156,21 @@ func TestAWatchFollowsTheKeysFile(t *testing.T) {
 	stream = watch(extras, platform)
 	write() // revoked
 	ends(stream, codes.Unauthenticated)
+}
+
+// watchFirst opens a generations watch for at most d and returns it with the ids of its
+// first message.
+func watchFirst(t *testing.T, c quarryv1.SearchServiceClient, d time.Duration) (quarryv1.SearchService_WatchGenerationsClient, []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	stream, err := c.WatchGenerations(ctx, &quarryv1.WatchGenerationsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream, stateIDs(first.GetKnowledgeBases())
 }
