@@ -10,13 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/syncbuf"
 	"github.com/quarry-router/quarry/services/agent/llm/llmtest"
 	"google.golang.org/protobuf/proto"
 )
@@ -227,24 +227,6 @@ func TestQueryStreamPrintsTheAnswerOnce(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe to read while a command writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // runUntil runs a command line in a child process (as "quarry up" runs: a process of
 // its own, whose telemetry set-up cannot touch this one's) until stdout holds until,
 // then sends it SIGINT as Ctrl-C does and returns its exit code and output.
@@ -252,7 +234,7 @@ func runUntil(t *testing.T, args []string, until string) (int, string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestQuarryCommand$", "--"}, args...)...)
 	cmd.Env = append(os.Environ(), quarryCommandEnv+"=1")
-	var out syncBuffer
+	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

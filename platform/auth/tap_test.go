@@ -1,15 +1,14 @@
 package auth
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/quarry-router/quarry/platform/syncbuf"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -40,10 +39,9 @@ func TestTapNeverWaitsAndTakesANewKeyAtItsFirstCall(t *testing.T) {
 	a := Key{Name: "team-a", SHA256: HashKey(teamA), KnowledgeBases: []string{"platform"}}
 	b := Key{Name: "team-b", SHA256: HashKey(teamB), KnowledgeBases: []string{"platform"}}
 	write(a)
-	var logged bytes.Buffer
-	var mu sync.Mutex
+	var logged syncbuf.Buffer
 	release := make(chan struct{})
-	h := blockingHandler{Handler: slog.NewTextHandler(lockedWriter{&mu, &logged}, nil), release: release}
+	h := blockingHandler{Handler: slog.NewTextHandler(&logged, nil), release: release}
 	p, err := LoadPolicy(path, slog.New(h))
 	if err != nil {
 		t.Fatal(err)
@@ -91,9 +89,7 @@ func TestTapNeverWaitsAndTakesANewKeyAtItsFirstCall(t *testing.T) {
 	close(release)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		mu.Lock()
 		out := logged.String()
-		mu.Unlock()
 		if strings.Contains(out, "calls refused before their message was read") {
 			break
 		}
@@ -105,15 +101,4 @@ func TestTapNeverWaitsAndTakesANewKeyAtItsFirstCall(t *testing.T) {
 	if _, err := tapCall(teamB); err != nil {
 		t.Fatalf("the new key once read: %v", err)
 	}
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
 }

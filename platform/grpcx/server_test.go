@@ -1,7 +1,6 @@
 package grpcx
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,11 +8,11 @@ import (
 	"net"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/quarry-router/quarry/platform/grpcx/tlstest"
+	"github.com/quarry-router/quarry/platform/syncbuf"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -185,7 +184,7 @@ func panicsHere(context.Context, any) (any, error) {
 func TestAPanicIsLoggedWithItsStack(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(map[bool]string{false: "unary", true: "stream"}[stream], func(t *testing.T) {
-			var out syncBuffer
+			var out syncbuf.Buffer
 			s := NewServer(slog.New(slog.NewJSONHandler(&out, nil)))
 			s.RegisterService(&panicDesc, struct{}{})
 			s.SetServing()
@@ -229,22 +228,4 @@ func TestAPanicIsLoggedWithItsStack(t *testing.T) {
 			}
 		})
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a server's handlers to log into.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

@@ -7,10 +7,10 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/quarry-router/quarry/platform/syncbuf"
 	"github.com/quarry-router/quarry/platform/telemetry/otlptest"
 	"go.opentelemetry.io/otel"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
@@ -227,7 +227,7 @@ func TestCallLogLinesCarryTheCallsTraceAndSpanIDs(t *testing.T) {
 	}
 	defer tel.Shutdown(context.Background())
 
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	log := slog.New(LogHandler(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))).With("service", "quarry-test")
 	root := tracedReflectionCall(t, log)
 
@@ -261,32 +261,6 @@ func TestCallLogLinesCarryTheCallsTraceAndSpanIDs(t *testing.T) {
 	if !strings.Contains(buf.String(), root.SpanContext().SpanID().String()) {
 		t.Errorf("a grouped logger's line lacks the span id: %s", buf.Bytes())
 	}
-}
-
-// syncBuffer is a bytes.Buffer the server's goroutines may write while the test reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
-}
-
-func (b *syncBuffer) String() string { return string(b.Bytes()) }
-
-func (b *syncBuffer) Reset() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf.Reset()
 }
 
 // TestPropagatorsFollowOTELPropagators: the headers trace context travels in are the

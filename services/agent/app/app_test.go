@@ -1,41 +1,22 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/syncbuf"
 	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
 	"github.com/quarry-router/quarry/services/agent/llm/llmtest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
-
-// syncBuffer is a log sink the services may write to from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // run starts the agent with args and returns a client, or Run's error.
 func run(t *testing.T, log *slog.Logger, args ...string) (quarryv1.AgentServiceClient, error) {
@@ -95,7 +76,7 @@ func TestAnLLMConfiguredFromTheEnvironmentAnswers(t *testing.T) {
 	t.Setenv("QUARRY_AGENT_LLM_BASE_URL", srv.BaseURL())
 	t.Setenv("QUARRY_AGENT_LLM_MODEL", "env-model")
 	t.Setenv("QUARRY_AGENT_LLM_API_KEY", "sk-from-env")
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	// No search service: the manifest is left out of the prompt and the answer still comes.
 	c, err := run(t, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), "-search-addr", "127.0.0.1:1")
 	if err != nil {

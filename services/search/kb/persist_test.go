@@ -1,17 +1,16 @@
 package kb_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/quarry-router/quarry/platform/syncbuf"
 	"github.com/quarry-router/quarry/services/search/kb"
 )
 
@@ -55,24 +54,6 @@ func TestTheRemainsOfAnInterruptedIndexRemovalAreRemoved(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the registry's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // signals.json carries the version of its format. One written by a newer release (after
 // a rollback) may mean other things by the same names, or other names for them (a
 // missing importance read as 0 demoted every file): it is not applied, and the start
@@ -101,7 +82,7 @@ func TestSavedSignalsOfANewerFormatAreNotApplied(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(cfg.DataDir, "team", "signals.json"), []byte(tt.file), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			var logs syncBuffer
+			var logs syncbuf.Buffer
 			reg := kb.NewRegistry(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 			t.Cleanup(reg.Close)
 			k := load(t, reg, "team", writeTree(t, smallTree))
