@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/quarry-router/quarry/gateway/cache/redistest"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/syncbuf"
 	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
 	"github.com/quarry-router/quarry/services/agent/llm/llmtest"
 	"golang.org/x/net/dns/dnsmessage"
@@ -380,29 +380,11 @@ func dnsAnswer(n *network, query []byte) ([]byte, error) {
 	return b.Finish()
 }
 
-// logBuffer collects a process's output from its pipe goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // proc is one container's process.
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	log  *logBuffer
+	log  *syncbuf.Buffer // its output, from its pipe goroutines
 	done chan struct{}
 }
 
@@ -422,7 +404,7 @@ func start(t *testing.T, spec procSpec) *proc {
 	cmd := exec.Command(spec.argv[0], spec.argv[1:]...)
 	cmd.Env = spec.env
 	cmd.Dir = spec.dir
-	p := &proc{name: spec.name, cmd: cmd, log: &logBuffer{}, done: make(chan struct{})}
+	p := &proc{name: spec.name, cmd: cmd, log: &syncbuf.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if asRoot() && spec.as != keep {
