@@ -29,6 +29,7 @@ import (
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/quarry-router/quarry/platform/telemetry"
 	"github.com/quarry-router/quarry/platform/text"
+	"github.com/quarry-router/quarry/services/agent/llm/llmtest"
 	searchapp "github.com/quarry-router/quarry/services/search/app"
 	"github.com/quarry-router/quarry/services/search/kb"
 	"github.com/quarry-router/quarry/services/search/resolve"
@@ -786,5 +787,65 @@ func TestTwoSearchReplicasShareOneCache(t *testing.T) {
 	}
 	if s1.resolves.Load() == 0 || s2.resolves.Load() == 0 {
 		t.Errorf("Resolve calls: %d and %d; want both search replicas to have answered", s1.resolves.Load(), s2.resolves.Load())
+	}
+}
+
+// Two whole systems (gateway, search, agent) share one redis-server and one scripted
+// LLM, as two gateway replicas do: a question routed to the LLM, asked on both at once
+// through the gRPC API, reaches the LLM once. The second replica serves the first's
+// answer from the cache (-share-answers, the default).
+func TestReplicasAskTheLLMOnceForAQuestion(t *testing.T) {
+	srv := redistest.Start(t)
+	llmSrv := llmtest.New(t)
+	llmSrv.Repeat(llmtest.Turn{Content: "Check the runbook and the rollback plan first.", Delay: time.Second})
+	replica := func() quarryv1.QueryServiceClient {
+		ctx, cancel := context.WithCancel(context.Background())
+		sys, err := start(ctx, upConfig{Gateway: "127.0.0.1:0", Search: "127.0.0.1:0", Agent: "127.0.0.1:0", KBRoot: "../../examples/kb",
+			GatewayArgs: []string{"-cache-backend", "redis", "-redis-addr", srv.Addr, "-redis-key-prefix", e2eKeyPrefix, "-redis-timeout", "250ms"},
+			AgentArgs:   scriptedArgs(llmSrv)}, e2eLog())
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cancel(); <-sys.done })
+		conn, err := grpcx.Dial(sys.Gateway.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return quarryv1.NewQueryServiceClient(conn)
+	}
+	a, b := replica(), replica()
+	const q = "What should I check before a production deploy?"
+	type result struct {
+		resp *quarryv1.QueryResponse
+		err  error
+	}
+	first := make(chan result, 1)
+	go func() {
+		resp, err := queryKB(a, q, true)
+		first <- result{resp, err}
+	}()
+	select {
+	case <-llmSrv.Received():
+	case <-time.After(e2eDeadline):
+		t.Fatal("the first replica's question never reached the LLM")
+	}
+	second, err := queryKB(b, q, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-first
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if n := len(llmSrv.Requests()); n != 1 {
+		t.Fatalf("the LLM was asked %d times, want once", n)
+	}
+	wantServed(t, r.resp, quarryv1.Tier_TIER_SINGLE_LLM, false)
+	wantServed(t, second, quarryv1.Tier_TIER_EXACT_CACHE, true)
+	if second.GetOriginTier() != quarryv1.Tier_TIER_SINGLE_LLM || second.GetAnswer() != r.resp.GetAnswer() || second.GetDegraded() {
+		t.Fatalf("the second replica served %q (origin %v, degraded %v), want the first's answer %q",
+			second.GetAnswer(), second.GetOriginTier(), second.GetDegraded(), r.resp.GetAnswer())
 	}
 }
