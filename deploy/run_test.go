@@ -24,8 +24,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quarry-router/quarry/gateway/cache/redistest"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/redistest"
 	"github.com/quarry-router/quarry/platform/syncbuf"
 	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
 	"github.com/quarry-router/quarry/services/agent/llm/llmtest"

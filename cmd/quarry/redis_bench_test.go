@@ -13,10 +13,10 @@ import (
 
 	gatewayapp "github.com/quarry-router/quarry/gateway/app"
 	"github.com/quarry-router/quarry/gateway/cache"
-	"github.com/quarry-router/quarry/gateway/cache/redistest"
 	"github.com/quarry-router/quarry/gateway/generations"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/redistest"
 	"github.com/quarry-router/quarry/platform/text"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"

@@ -23,10 +23,10 @@ import (
 
 	gatewayapp "github.com/quarry-router/quarry/gateway/app"
 	"github.com/quarry-router/quarry/gateway/cache"
-	"github.com/quarry-router/quarry/gateway/cache/redistest"
 	"github.com/quarry-router/quarry/gateway/generations"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/redistest"
 	"github.com/quarry-router/quarry/platform/telemetry"
 	"github.com/quarry-router/quarry/platform/text"
 	"github.com/quarry-router/quarry/services/agent/llm/llmtest"

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quarry-router/quarry/gateway/cache/redistest"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
+	"github.com/quarry-router/quarry/platform/redistest"
 	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"

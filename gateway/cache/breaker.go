@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quarry-router/quarry/platform/redisx"
 )
 
 // errCircuitOpen is what calls get while the breaker keeps them off a failing backend.
@@ -19,8 +21,9 @@ const sporadicLogEvery = 10 * time.Second
 // probe call that ends one: far longer than a cache call's, so that a gateway whose own
 // CPU is saturated (its calls missing their few-millisecond deadlines while Redis is
 // fine) does not mistake itself for a Redis outage and stop caching, which would add
-// the cost of a search to every query just when it can least afford it.
-const checkTimeout = 250 * time.Millisecond
+// the cost of a search to every query just when it can least afford it. The client
+// waits at least as long for a reply (redisx.MinReadTimeout).
+const checkTimeout = redisx.MinReadTimeout
 
 // breaker keeps calls off a backend that is down, so a dead or hung Redis costs a query
 // nothing instead of a timeout per lookup. After `failures` consecutive failed calls it

@@ -11,7 +11,7 @@ import (
 
 	"github.com/quarry-router/quarry/gateway/cache"
 	"github.com/quarry-router/quarry/gateway/cache/cachetest"
-	"github.com/quarry-router/quarry/gateway/cache/redistest"
+	"github.com/quarry-router/quarry/platform/redistest"
 )
 
 func TestNearConformance(t *testing.T) {

@@ -3,50 +3,22 @@ package cache
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
-	"os"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/quarry-router/quarry/platform/redisx"
 	"github.com/redis/go-redis/v9"
 )
 
 // RedisConfig says how to reach the Redis server that holds the cache every gateway
-// replica shares, and how long to wait for it.
+// replica shares, how long to wait for it, and how the cache uses it.
 type RedisConfig struct {
-	// Addr is the server's host:port; with Cluster, a comma-separated list of nodes to
-	// learn the cluster's layout from.
-	Addr string
-	// Cluster talks to a Redis Cluster. Every key Quarry uses then carries one hash tag
-	// (Prefix), so that each script's keys are in one slot, as Redis Cluster requires:
-	// the cache lives on the one shard that slot belongs to (and its replicas).
-	Cluster bool
-	// DB is the logical database to select.
-	DB int
-	// Username and Password authenticate (ACL user, or requirepass with no user).
-	Username, Password string
-	// TLS dials the server with TLS; TLSCAFile, if set, is the PEM bundle that signs its
-	// certificate (the system roots otherwise).
-	TLS       bool
-	TLSCAFile string
-	// PoolSize is the number of connections kept per gateway.
-	PoolSize int
-	// DialTimeout bounds establishing one connection.
-	DialTimeout time.Duration
-	// Timeout bounds every cache call, so a slow Redis adds at most this much to a
-	// lookup before the query is answered uncached.
-	Timeout time.Duration
-	// KeyPrefix starts every key and channel the gateway uses, so several deployments
-	// can share one server.
-	KeyPrefix string
+	redisx.Config
 	// BreakerFailures consecutive failed calls trigger a health check of Redis; if that
 	// fails too, the circuit breaker opens and lets one call through every
 	// BreakerCooldown to see whether Redis is back.
@@ -62,44 +34,30 @@ type RedisConfig struct {
 
 // RegisterFlags registers the Redis flags with their defaults.
 func (c *RedisConfig) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Addr, "redis-addr", "127.0.0.1:6379", "Redis host:port (with -cache-backend redis); with -redis-cluster, comma-separated cluster nodes")
-	fs.BoolVar(&c.Cluster, "redis-cluster", false, "Redis is a Redis Cluster: every key gets one hash tag, so all of them are in one slot")
-	fs.IntVar(&c.DB, "redis-db", 0, "Redis logical database")
-	fs.StringVar(&c.Username, "redis-username", "", "Redis ACL user name (empty: default user)")
-	fs.StringVar(&c.Password, "redis-password", "", "Redis password (prefer the environment variable QUARRY_GATEWAY_REDIS_PASSWORD)")
-	fs.BoolVar(&c.TLS, "redis-tls", false, "connect to Redis over TLS")
-	fs.StringVar(&c.TLSCAFile, "redis-tls-ca", "", "PEM file of the CA that signs the Redis server certificate (default: system roots)")
-	fs.IntVar(&c.PoolSize, "redis-pool-size", 64, "Redis connections per gateway")
-	fs.DurationVar(&c.DialTimeout, "redis-dial-timeout", time.Second, "deadline of one Redis connection attempt")
-	fs.DurationVar(&c.Timeout, "redis-timeout", 10*time.Millisecond, "deadline of one Redis cache call; past it the query is answered uncached")
-	fs.StringVar(&c.KeyPrefix, "redis-key-prefix", "quarry:", "prefix of every Redis key and channel the gateway uses")
+	c.Config.RegisterFlags(fs, redisx.Flags{
+		Defaults: redisx.Config{
+			Addr:        "127.0.0.1:6379",
+			PoolSize:    64,
+			DialTimeout: time.Second,
+			Timeout:     10 * time.Millisecond,
+			KeyPrefix:   "quarry:",
+		},
+		Use:         "with -cache-backend redis",
+		PastTimeout: "past it the query is answered uncached",
+		PasswordEnv: "QUARRY_GATEWAY_REDIS_PASSWORD",
+	})
 	fs.IntVar(&c.BreakerFailures, "redis-breaker-failures", 5, "consecutive failed Redis calls that trigger a health check; if it fails too, cache calls stop until a probe succeeds")
 	fs.DurationVar(&c.BreakerCooldown, "redis-breaker-cooldown", time.Second, "how often one probe call tests whether Redis is back")
 	fs.IntVar(&c.PostingScan, "redis-posting-scan", 500, "most members of one token's posting a fuzzy lookup reads (newest first)")
 	fs.IntVar(&c.NearBytes, "redis-near-bytes", 32<<20, "bytes of Redis cache entries each gateway keeps in memory, answering a repeated question without a Redis round trip (0 = none)")
 }
 
-// Validate rejects settings the Redis client cannot use, naming the flag.
+// Validate rejects settings the Redis client or the cache cannot use, naming the flag.
 func (c *RedisConfig) Validate() error {
-	addrs := c.addrs()
-	for _, a := range addrs {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return fmt.Errorf("-redis-addr %q: want host:port: %w", a, err)
-		}
+	if err := c.Config.Validate(); err != nil {
+		return err
 	}
 	switch {
-	case len(addrs) > 1 && !c.Cluster:
-		return fmt.Errorf("-redis-addr lists %d servers: a list is for -redis-cluster; one server takes one host:port", len(addrs))
-	case c.Cluster && c.DB != 0:
-		return fmt.Errorf("-redis-db %d: Redis Cluster has database 0 only", c.DB)
-	case c.DB < 0:
-		return fmt.Errorf("-redis-db must not be negative, got %d", c.DB)
-	case c.PoolSize < 1:
-		return fmt.Errorf("-redis-pool-size must be at least 1, got %d", c.PoolSize)
-	case c.DialTimeout <= 0:
-		return fmt.Errorf("-redis-dial-timeout must be positive, got %s", c.DialTimeout)
-	case c.Timeout <= 0:
-		return fmt.Errorf("-redis-timeout must be positive, got %s", c.Timeout)
 	case c.BreakerFailures < 1:
 		return fmt.Errorf("-redis-breaker-failures must be at least 1, got %d", c.BreakerFailures)
 	case c.BreakerCooldown <= 0:
@@ -108,51 +66,8 @@ func (c *RedisConfig) Validate() error {
 		return fmt.Errorf("-redis-posting-scan must be at least 1, got %d", c.PostingScan)
 	case c.NearBytes < 0:
 		return fmt.Errorf("-redis-near-bytes must not be negative, got %d", c.NearBytes)
-	case c.TLSCAFile != "" && !c.TLS:
-		return errors.New("-redis-tls-ca needs -redis-tls")
-	case c.Cluster && !hasHashTag(c.Prefix()):
-		// An empty prefix made "{}", one starting with "}" made "{}…}": an empty hash
-		// tag, which Redis Cluster ignores, so every script's keys would spread over
-		// slots and fail with CROSSSLOT.
-		return fmt.Errorf("-redis-key-prefix %q makes no hash tag with -redis-cluster (it must not be empty or start with \"}\"): the tag keeps every key in one slot", c.KeyPrefix)
 	}
 	return nil
-}
-
-// addrs are the servers -redis-addr names.
-func (c *RedisConfig) addrs() []string {
-	var out []string
-	for a := range strings.SplitSeq(c.Addr, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	if len(out) == 0 {
-		return []string{c.Addr} // reported by Validate as not host:port
-	}
-	return out
-}
-
-// Prefix is what every key and channel name starts with: KeyPrefix, and in a cluster
-// KeyPrefix made a hash tag ("quarry:" becomes "{quarry:}") unless it holds one already.
-// Redis Cluster hashes only the tag of a key that has one, so every key shares a slot,
-// and the scripts, which each touch several keys (an entry, its postings, the LRU
-// index), run on one node as Redis Cluster requires.
-func (c *RedisConfig) Prefix() string {
-	if !c.Cluster || hasHashTag(c.KeyPrefix) {
-		return c.KeyPrefix
-	}
-	return "{" + c.KeyPrefix + "}"
-}
-
-// hasHashTag reports whether Redis Cluster would hash only part of key: a "{" followed,
-// later, by a "}" with at least one byte between them.
-func hasHashTag(key string) bool {
-	i := strings.IndexByte(key, '{')
-	if i < 0 {
-		return false
-	}
-	return strings.IndexByte(key[i+1:], '}') > 0
 }
 
 // DefaultRedisConfig returns the flag defaults.
@@ -160,93 +75,6 @@ func DefaultRedisConfig() RedisConfig {
 	var c RedisConfig
 	c.RegisterFlags(flag.NewFlagSet("redis", flag.ContinueOnError))
 	return c
-}
-
-// NewClient returns a client for c: of a Redis Cluster with Cluster, of one server
-// otherwise. It does not connect: connections are made on first use and remade by the
-// client whenever Redis comes back after an outage.
-func (c *RedisConfig) NewClient() (redis.UniversalClient, error) {
-	// The address as Validate read it: a stray space or comma from an environment
-	// variable is not part of it.
-	addr := c.addrs()[0]
-	opt := &redis.Options{
-		Addr:        addr,
-		DB:          c.DB,
-		Username:    c.Username,
-		Password:    c.Password,
-		PoolSize:    c.PoolSize,
-		DialTimeout: c.DialTimeout,
-		// One dial attempt: the breaker, not the client, decides when to try again.
-		DialerRetries: 1,
-		// Per-call deadlines come from the context (see Redis.call); these only bound
-		// calls without one, and must leave room for the breaker's health check.
-		ReadTimeout:           max(c.Timeout, checkTimeout),
-		WriteTimeout:          max(c.Timeout, checkTimeout),
-		ContextTimeoutEnabled: true,
-		// A pooled connection that died with the server is retried once on a new one, at
-		// once: a backoff would outlast the per-call deadline.
-		MaxRetries:      1,
-		MinRetryBackoff: -1,
-		MaxRetryBackoff: -1,
-		// RESP2 and no CLIENT SETINFO: nothing on connect that older servers refuse.
-		Protocol:        2,
-		DisableIdentity: true,
-	}
-	if c.TLS {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if !c.Cluster {
-			// A cluster's nodes each have their own name: left empty, the TLS dial takes
-			// it from the address of the node being dialled.
-			tc.ServerName, _, _ = net.SplitHostPort(addr)
-		}
-		if c.TLSCAFile != "" {
-			pem, err := os.ReadFile(c.TLSCAFile)
-			if err != nil {
-				return nil, fmt.Errorf("-redis-tls-ca: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("-redis-tls-ca %s: no PEM certificate in it", c.TLSCAFile)
-			}
-			tc.RootCAs = pool
-		}
-		opt.TLSConfig = tc
-	}
-	var client redis.UniversalClient
-	if c.Cluster {
-		client = redis.NewClusterClient(clusterOptions(opt, c.addrs()))
-	} else {
-		client = redis.NewClient(opt)
-	}
-	if err := traceCommands(client); err != nil {
-		client.Close()
-		return nil, err
-	}
-	return client, nil
-}
-
-// clusterOptions are opt's settings for a cluster client that starts from addrs.
-func clusterOptions(opt *redis.Options, addrs []string) *redis.ClusterOptions {
-	return &redis.ClusterOptions{
-		Addrs:                 addrs,
-		Username:              opt.Username,
-		Password:              opt.Password,
-		PoolSize:              opt.PoolSize,
-		DialTimeout:           opt.DialTimeout,
-		DialerRetries:         opt.DialerRetries,
-		ReadTimeout:           opt.ReadTimeout,
-		WriteTimeout:          opt.WriteTimeout,
-		ContextTimeoutEnabled: opt.ContextTimeoutEnabled,
-		MaxRetries:            opt.MaxRetries,
-		MinRetryBackoff:       opt.MinRetryBackoff,
-		MaxRetryBackoff:       opt.MaxRetryBackoff,
-		Protocol:              opt.Protocol,
-		DisableIdentity:       opt.DisableIdentity,
-		TLSConfig:             opt.TLSConfig,
-		// A slot that moved (resharding, a failover) is followed to its new node at
-		// once; the per-call deadline bounds the whole chase.
-		MaxRedirects: 3,
-	}
 }
 
 // maxRawKeyPart is the longest query or token used verbatim in a key; longer ones are

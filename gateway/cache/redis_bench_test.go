@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/quarry-router/quarry/gateway/cache"
-	"github.com/quarry-router/quarry/gateway/cache/redistest"
+	"github.com/quarry-router/quarry/platform/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"github.com/quarry-router/quarry/gateway/cache"
 	"github.com/quarry-router/quarry/gateway/cache/cachetest"
-	"github.com/quarry-router/quarry/gateway/cache/redistest"
+	"github.com/quarry-router/quarry/platform/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

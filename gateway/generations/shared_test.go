@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quarry-router/quarry/gateway/cache/redistest"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/redistest"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"

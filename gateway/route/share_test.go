@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/quarry-router/quarry/gateway/cache"
-	"github.com/quarry-router/quarry/gateway/cache/redistest"
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
