@@ -22,11 +22,13 @@ import (
 	"github.com/quarry-router/quarry/platform/config"
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/quarry-router/quarry/platform/limit"
+	"github.com/quarry-router/quarry/platform/redisx"
 	"github.com/quarry-router/quarry/platform/telemetry"
 	"github.com/quarry-router/quarry/services/search/kb"
 	"github.com/quarry-router/quarry/services/search/lexicon"
 	"github.com/quarry-router/quarry/services/search/resolve"
 	"github.com/quarry-router/quarry/services/search/server"
+	"github.com/quarry-router/quarry/services/search/signals"
 	"google.golang.org/grpc"
 )
 
@@ -57,6 +59,11 @@ type Config struct {
 	Limits limit.Config
 	// Serve is how callers' connections age and how the service drains.
 	Serve grpcx.ServeConfig
+	// ShareSignals pools the knowledge bases' runtime signals with the other search
+	// replicas through Redis (Redis), so that every replica counts every replica's
+	// hits and curations (signals.Pool).
+	ShareSignals bool
+	Redis        redisx.Config
 }
 
 // RegisterFlags registers every flag with its default.
@@ -72,6 +79,19 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.KBRoot, "kb-root", "", "folder whose subfolders are knowledge bases, each named after its folder")
 	c.Load.RegisterFlags(fs)
 	c.Resolve.RegisterFlags(fs)
+	fs.BoolVar(&c.ShareSignals, "share-signals", false, "pool runtime signals (search hits, curations) with the other search replicas through Redis (-redis-*): each replica then counts every replica's hits")
+	c.Redis.RegisterFlags(fs, redisx.Flags{
+		Defaults: redisx.Config{
+			Addr:        "127.0.0.1:6379",
+			PoolSize:    4,
+			DialTimeout: time.Second,
+			Timeout:     time.Second,
+			KeyPrefix:   "quarry:",
+		},
+		Use:         "with -share-signals",
+		PastTimeout: "past it the flush counts this replica's hits alone and tries the pool again at the next",
+		PasswordEnv: "QUARRY_SEARCH_REDIS_PASSWORD",
+	})
 }
 
 // Validate rejects unusable settings, naming the flag.
@@ -79,6 +99,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if len(c.KBs) == 0 && c.KBRoot == "" {
 		errs = append(errs, errors.New("no knowledge base: set -kb id=folder or -kb-root folder"))
+	}
+	if c.ShareSignals {
+		errs = append(errs, c.Redis.Validate())
 	}
 	return errors.Join(append(errs, c.TLS.Validate(), c.Limits.Validate(), c.Serve.Validate(), c.Load.Validate(), c.Resolve.Validate())...)
 }
@@ -141,6 +164,21 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	}
 	reg := kb.NewRegistry(cfg.Load, log)
 	defer reg.Close()
+	if cfg.ShareSignals {
+		client, err := cfg.Redis.NewClient()
+		if err != nil {
+			return err
+		}
+		defer client.Close() // after the last flush, below
+		pctx, cancel := context.WithTimeout(ctx, cfg.Redis.DialTimeout)
+		if err := client.Ping(pctx).Err(); err != nil {
+			// Not fatal: each replica counts its own hits until Redis is reachable.
+			log.Warn("redis not reachable at start; signals are this replica's own until it is", "addr", cfg.Redis.Addr, "err", err)
+		}
+		cancel()
+		prefix, timeout := cfg.Redis.Prefix(), cfg.Redis.Timeout
+		reg.PoolSignalsVia(func(id string) signals.Pool { return signals.NewRedisPool(client, prefix, id, timeout) })
+	}
 	for _, id := range sortedKeys(kbs) {
 		if _, err := reg.Load(ctx, id, kbs[id]); err != nil {
 			return err

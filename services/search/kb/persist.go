@@ -25,8 +25,11 @@ const signalsVersion = 1
 
 // savedSignals is the content of signalsFile.
 type savedSignals struct {
-	Version int              `json:"version"`
-	Saved   time.Time        `json:"saved"`
+	Version int       `json:"version"`
+	Saved   time.Time `json:"saved"`
+	// Cursor is the last batch of the signals pool applied to Records (pooled
+	// signals, PoolSignalsVia), where the store reads on from after a restart.
+	Cursor  string           `json:"cursor,omitempty"`
 	Records []signals.Record `json:"records"`
 }
 
@@ -40,10 +43,13 @@ func (r *Registry) RunSignals(ctx context.Context, interval time.Duration) {
 	for {
 		select {
 		case <-ctx.Done():
-			sv.flush(r)
+			// The last flush publishes what this replica counted since the one before.
+			last, cancel := context.WithTimeout(context.WithoutCancel(ctx), lastPoolFlush)
+			sv.flush(last, r)
+			cancel()
 			return
 		case <-t.C:
-			sv.flush(r)
+			sv.flush(ctx, r)
 		}
 	}
 }
@@ -52,9 +58,34 @@ func (r *Registry) RunSignals(ctx context.Context, interval time.Duration) {
 type signalSaver struct {
 	// saved is, per current store, its Changes() when last saved (0: never).
 	saved map[*signals.Store]uint64
+	// failing holds the knowledge bases whose pool failed at the last flush: a
+	// failure is logged when it starts and when it ends, not at every flush.
+	failing map[string]bool
 }
 
-func (sv *signalSaver) flush(r *Registry) {
+// lastPoolFlush bounds the flush that publishes a stopping replica's last hits.
+const lastPoolFlush = 5 * time.Second
+
+// flushVia flushes k's signals through its pool, logging failures once per outage.
+func (sv *signalSaver) flushVia(ctx context.Context, r *Registry, k *KB) {
+	err := k.Signals.FlushVia(ctx, r.pools(k.ID))
+	switch {
+	case errors.Is(err, signals.ErrMissed):
+		// Rare (a replica far behind, the pool's Redis restarted): said every time.
+		r.log.Warn("signals pool: this replica missed hits that other replicas counted", "kb", k.ID, "err", err)
+	case err != nil && !sv.failing[k.ID]:
+		if sv.failing == nil {
+			sv.failing = map[string]bool{}
+		}
+		sv.failing[k.ID] = true
+		r.log.Warn("signals pool unreachable; this replica counts its own hits alone until it is back", "kb", k.ID, "err", err)
+	case err == nil && sv.failing[k.ID]:
+		delete(sv.failing, k.ID)
+		r.log.Info("signals pool reachable again", "kb", k.ID)
+	}
+}
+
+func (sv *signalSaver) flush(ctx context.Context, r *Registry) {
 	r.mu.RLock()
 	kbs := make([]*KB, 0, len(r.kbs))
 	for _, k := range r.kbs {
@@ -65,7 +96,11 @@ func (sv *signalSaver) flush(r *Registry) {
 	// and holding it kept it and all its entries alive.
 	next := make(map[*signals.Store]uint64, len(kbs))
 	for _, k := range kbs {
-		k.Signals.Flush()
+		if r.pools == nil {
+			k.Signals.Flush()
+		} else {
+			sv.flushVia(ctx, r, k)
+		}
 		if r.cfg.DataDir == "" {
 			continue
 		}
@@ -83,7 +118,8 @@ func (sv *signalSaver) flush(r *Registry) {
 }
 
 func (r *Registry) saveSignals(k *KB) error {
-	raw, err := json.Marshal(savedSignals{Version: signalsVersion, Saved: time.Now().UTC(), Records: k.Signals.Snapshot()})
+	state := k.Signals.State()
+	raw, err := json.Marshal(savedSignals{Version: signalsVersion, Saved: time.Now().UTC(), Cursor: state.Cursor, Records: state.Records})
 	if err != nil {
 		return err
 	}
@@ -150,4 +186,5 @@ func (r *Registry) restoreSignals(id string, sig *signals.Store) {
 		return
 	}
 	sig.Restore(s.Records)
+	sig.SetCursor(s.Cursor)
 }

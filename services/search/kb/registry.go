@@ -160,6 +160,10 @@ type Registry struct {
 	kbs  map[string]*KB
 	subs map[chan []State]struct{}
 
+	// pools, when set (PoolSignalsVia), gives each knowledge base the pool its
+	// replicas share their signals through.
+	pools func(kb string) signals.Pool
+
 	// watcher, when WatchFolders runs, watches the folder of every knowledge base
 	// loaded. Guarded by loadMu.
 	watcher *folderWatcher
@@ -180,6 +184,11 @@ func NewRegistry(cfg Config, log *slog.Logger) *Registry {
 	return &Registry{cfg: cfg, log: log, kbs: map[string]*KB{}, subs: map[chan []State]struct{}{},
 		open: map[string]*openIndex{}, retiring: map[*KB]*time.Timer{}, repairs: map[string]*time.Timer{}}
 }
+
+// PoolSignalsVia has the knowledge bases' signals pooled with the other replicas of
+// the search service through pools (signals.Pool): each replica then counts every
+// replica's hits and curations. Call it before the first Load.
+func (r *Registry) PoolSignalsVia(pools func(kb string) signals.Pool) { r.pools = pools }
 
 // Get returns the current snapshot of a knowledge base.
 func (r *Registry) Get(id string) (*KB, error) {
@@ -276,8 +285,11 @@ func (r *Registry) loadLocked(ctx context.Context, id, dir string) (*KB, error) 
 	prev := r.kbs[id]
 	if prev != nil {
 		// Learned importance and maturity outlive a reload; only new files start fresh.
-		prev.Signals.Flush()
-		sig.Restore(prev.Signals.Snapshot())
+		// Pooled, prev's pending hits go to the pool with the new store's next flush.
+		if r.pools == nil {
+			prev.Signals.Flush()
+		}
+		sig.TakeOver(prev.Signals)
 	} else {
 		r.restoreSignals(id, sig)
 	}

@@ -5,9 +5,15 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/quarry-router/quarry/platform/redistest"
+	"github.com/quarry-router/quarry/services/search/signals"
+	"github.com/redis/go-redis/v9"
 )
 
 // Every reload gives a knowledge base a new signals store. The saver remembered each
@@ -35,7 +41,7 @@ func TestTheSignalSaverForgetsReplacedStores(t *testing.T) {
 			t.Fatal(err)
 		}
 		k.Signals.RecordHits([]string{"a.md"})
-		sv.flush(reg)
+		sv.flush(ctx, reg)
 	}
 	if len(sv.saved) != 1 {
 		t.Errorf("the saver holds %d signal stores after 5 loads of one knowledge base, want 1", len(sv.saved))
@@ -43,5 +49,67 @@ func TestTheSignalSaverForgetsReplacedStores(t *testing.T) {
 	k, _ := reg.Get("docs")
 	if _, ok := sv.saved[k.Signals]; !ok {
 		t.Error("the saver does not hold the current store")
+	}
+}
+
+// A pooled replica saves its place in the pool with what it learned: restarted, it
+// reads on from there instead of starting again from the pool's snapshot, and a reload
+// carries the place and the hits not yet flushed to the new store.
+func TestPooledSignalsKeepTheirPlaceAcrossReloadsAndRestarts(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, DisableIdentity: true})
+	t.Cleanup(func() { client.Close() })
+	root := t.TempDir()
+	for _, name := range []string{"a.md", "b.md"} {
+		if err := os.WriteFile(filepath.Join(root, name), []byte("# "+name+"\n\nText.\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	var cfg Config
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse([]string{"-data-dir", t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	open := func() *Registry {
+		reg := NewRegistry(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		reg.PoolSignalsVia(func(id string) signals.Pool { return signals.NewRedisPool(client, "kbtest:", id, time.Second) })
+		return reg
+	}
+	ctx := context.Background()
+	reg := open()
+	k, err := reg.Load(ctx, "docs", root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seeded := k.Signals.Get("a.md").Importance
+	k.Signals.RecordHits([]string{"a.md"})
+	var sv signalSaver
+	sv.flush(ctx, reg)
+	k.Signals.RecordHits([]string{"b.md"}) // pending across the reload
+	if k, err = reg.Load(ctx, "docs", root); err != nil {
+		t.Fatal(err)
+	}
+	sv.flush(ctx, reg)
+	cursor := k.Signals.Cursor()
+	for _, p := range []string{"a.md", "b.md"} {
+		if got := k.Signals.Get(p).Importance; math.Abs(got-(seeded+3)) > 1e-3 {
+			t.Errorf("after the reload: %s importance %v, want %v", p, got, seeded+3)
+		}
+	}
+	reg.Close()
+
+	reg = open()
+	t.Cleanup(reg.Close)
+	if k, err = reg.Load(ctx, "docs", root); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.Signals.Cursor(); cursor == "" || got != cursor {
+		t.Fatalf("restarted at cursor %q, want the saved %q", got, cursor)
+	}
+	sv = signalSaver{}
+	sv.flush(ctx, reg) // reads nothing again: a batch applied twice would show
+	if got := k.Signals.Get("a.md").Importance; math.Abs(got-(seeded+3)) > 1e-3 {
+		t.Errorf("after the restart: a.md importance %v, want %v", got, seeded+3)
 	}
 }

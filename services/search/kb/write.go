@@ -1025,7 +1025,9 @@ func (r *Registry) apply(ctx context.Context, cur *KB, p *plan) (*KB, error) {
 	for _, c := range p.curations {
 		sig.RecordCuration(c)
 	}
-	if len(p.curations) > 0 {
+	if len(p.curations) > 0 && r.pools == nil {
+		// At once, so the new snapshot ranks by them; pooled, they are published with
+		// the next flush and apply on every replica alike.
 		sig.Flush()
 	}
 	ref.refs++

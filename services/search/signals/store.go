@@ -71,6 +71,9 @@ type Store struct {
 
 	// flushMu serialises every writer of entries and the draining of shards.
 	flushMu sync.Mutex
+	// poolMu serialises FlushVia, which holds it across its calls to the pool.
+	poolMu sync.Mutex
+	pool   poolState
 	// onFlush, when set (tests), is called after each Flush.
 	onFlush func()
 	// changes counts the writes that changed learned state (see Changes).
@@ -208,11 +211,26 @@ func (s *Store) RecordCuration(path string) {
 // curation CurationGain to the decayed importance (capped at MaxImportance), the idle
 // clock restarts, and maturity is settled against the new importance. Paths that were
 // never seeded are ignored. The result depends only on the counts per path and the
-// clock, not on the order hits arrived in.
+// clock, not on the order hits arrived in. A store whose replicas pool their signals
+// flushes with FlushVia instead.
 func (s *Store) Flush() {
+	defer s.flushed()
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
-	hits := map[string]int{}
+	s.apply(s.drain(), s.now())
+}
+
+// flushed calls the test hook, after a flush.
+func (s *Store) flushed() {
+	if s.onFlush != nil {
+		s.onFlush()
+	}
+}
+
+// drain takes the hits and curations recorded since the last drain. Called under
+// flushMu.
+func (s *Store) drain() Batch {
+	var b Batch
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -220,43 +238,46 @@ func (s *Store) Flush() {
 		sh.counts = sh.spare
 		sh.mu.Unlock()
 		for p, c := range full {
-			hits[p] += int(c)
+			if b.Hits == nil {
+				b.Hits = map[string]int{}
+			}
+			b.Hits[p] += int(c)
 		}
 		clear(full)
 		sh.spare = full
 	}
 	s.curMu.Lock()
-	curations := s.curations
-	s.curations = map[string]int{}
-	s.curMu.Unlock()
-
-	if len(hits) > 0 || len(curations) > 0 {
-		s.changes.Add(1)
-		paths := make([]string, 0, len(hits)+len(curations))
-		for p := range hits {
-			paths = append(paths, p)
-		}
-		for p := range curations {
-			if _, dup := hits[p]; !dup {
-				paths = append(paths, p)
-			}
-		}
-		sort.Strings(paths)
-		now := s.now()
-		for _, p := range paths {
-			ptr, ok := s.load(p)
-			if !ok {
-				continue
-			}
-			e := ptr.Load()
-			imp := s.decayed(e, now)
-			mat := s.settle(e.mat, imp)
-			imp = s.clamp(imp + float64(hits[p])*s.cfg.HitGain + float64(curations[p])*s.cfg.CurationGain)
-			ptr.Store(&entry{base: imp, last: now, mat: s.settle(mat, imp), updated: e.updated})
-		}
+	if len(s.curations) > 0 {
+		b.Curations = s.curations
+		s.curations = map[string]int{}
 	}
-	if s.onFlush != nil {
-		s.onFlush()
+	s.curMu.Unlock()
+	return b
+}
+
+// apply adds a batch's hits and curations to the importance of its paths as of at (see
+// Flush). A path whose last access is later than at (a pooled batch stamped before a
+// local seed) takes the batch at its last access, so that its idle clock never runs
+// backwards. Called under flushMu.
+func (s *Store) apply(b Batch, at time.Time) {
+	if b.empty() {
+		return
+	}
+	s.changes.Add(1)
+	for _, p := range sortedPaths(b) {
+		ptr, ok := s.load(p)
+		if !ok {
+			continue
+		}
+		e := ptr.Load()
+		now := at
+		if now.Before(e.last) {
+			now = e.last
+		}
+		imp := s.decayed(e, now)
+		mat := s.settle(e.mat, imp)
+		imp = s.clamp(imp + float64(b.Hits[p])*s.cfg.HitGain + float64(b.Curations[p])*s.cfg.CurationGain)
+		ptr.Store(&entry{base: imp, last: now, mat: s.settle(mat, imp), updated: e.updated})
 	}
 }
 

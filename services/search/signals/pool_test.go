@@ -1,0 +1,234 @@
+package signals
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quarry-router/quarry/platform/redistest"
+	"github.com/quarry-router/quarry/services/search/tree"
+)
+
+// redisPools starts a redis-server and returns a client of it and a maker of pools on
+// it, each test case's under a key prefix of its own.
+func redisPools(t *testing.T) (*redistest.Server, redis.UniversalClient, func(kb string) *RedisPool) {
+	t.Helper()
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	var n atomic.Int64
+	prefix := fmt.Sprintf("t%d:", n.Add(1))
+	return srv, client, func(kb string) *RedisPool { return NewRedisPool(client, prefix, kb, time.Second) }
+}
+
+// replica is a store seeded as every replica of the test knowledge base seeds it.
+func replica() *Store {
+	s := New(DefaultConfig(), time.Now)
+	for _, p := range []string{"a.md", "b.md", "c.md"} {
+		s.Seed(p, 50, tree.Validated, time.Time{})
+	}
+	return s
+}
+
+func flushVia(t *testing.T, s *Store, p Pool) {
+	t.Helper()
+	if err := s.FlushVia(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Within a test, at most seconds pass between batches: decay over them is below 1e-4.
+func importanceIs(t *testing.T, who string, s *Store, path string, want float64) {
+	t.Helper()
+	if got := s.Get(path).Importance; math.Abs(got-want) > 1e-4 {
+		t.Errorf("%s: %s importance %v, want %v", who, path, got, want)
+	}
+}
+
+func TestPooledReplicasCountEveryReplicasHits(t *testing.T) {
+	_, _, pool := redisPools(t)
+	tests := []struct {
+		name string
+		// hits and curations recorded on replica a and replica b before they flush
+		aHits, bHits []string
+		bCurations   []string
+		want         map[string]float64
+	}{
+		{"each counts the other's hits", []string{"a.md", "a.md"}, []string{"a.md", "b.md"}, nil,
+			map[string]float64{"a.md": 50 + 3*3, "b.md": 50 + 3, "c.md": 50}},
+		{"curations are pooled too", nil, nil, []string{"c.md"}, map[string]float64{"a.md": 50, "c.md": 55}},
+		{"a path a replica does not have is ignored", []string{"gone.md"}, []string{"b.md"}, nil,
+			map[string]float64{"b.md": 53}},
+		{"promotion follows the pooled importance", []string{"a.md", "a.md", "a.md"}, []string{"a.md", "a.md"}, nil,
+			map[string]float64{"a.md": 65}},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := replica(), replica()
+			pa, pb := pool(fmt.Sprintf("kb%d", i)), pool(fmt.Sprintf("kb%d", i))
+			a.RecordHits(tc.aHits)
+			b.RecordHits(tc.bHits)
+			for _, c := range tc.bCurations {
+				b.RecordCuration(c)
+			}
+			flushVia(t, a, pa)
+			flushVia(t, b, pb)
+			flushVia(t, a, pa) // reads b's batch
+			for path, want := range tc.want {
+				importanceIs(t, "replica a", a, path, want)
+				importanceIs(t, "replica b", b, path, want)
+			}
+			if ga, gb := a.Get("a.md"), b.Get("a.md"); ga.Maturity != gb.Maturity {
+				t.Errorf("a.md maturity: replica a %v, replica b %v", ga.Maturity, gb.Maturity)
+			}
+			if ca, cb := a.Cursor(), b.Cursor(); ca == "" || ca != cb {
+				t.Errorf("cursors %q and %q: both replicas should have read to the last batch", ca, cb)
+			}
+		})
+	}
+	t.Run("a batch is applied once", func(t *testing.T) {
+		a := replica()
+		pa := pool("once")
+		a.RecordHits([]string{"a.md"})
+		for range 3 {
+			flushVia(t, a, pa)
+		}
+		importanceIs(t, "replica a", a, "a.md", 53)
+	})
+}
+
+func TestAReplicaThatJoinsLaterStartsFromThePoolsSnapshot(t *testing.T) {
+	_, client, pool := redisPools(t)
+	a := replica()
+	pa := pool("kb")
+	a.RecordHits([]string{"a.md", "a.md"})
+	flushVia(t, a, pa) // the first flush offers a snapshot
+	a.RecordHits([]string{"b.md"})
+	flushVia(t, a, pa) // within a minute: no new snapshot, the batch is only in the stream
+
+	late := replica()
+	flushVia(t, late, pool("kb"))
+	importanceIs(t, "the replica that joined", late, "a.md", 56)
+	importanceIs(t, "the replica that joined", late, "b.md", 53)
+
+	// Trimming the stream loses nothing for a replica that starts now: it begins at the
+	// snapshot, whose batches it does not read again.
+	if err := client.XTrimMaxLen(context.Background(), pa.stream, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a.RecordHits([]string{"c.md"})
+	flushVia(t, a, pa)
+	later := replica()
+	err := later.FlushVia(context.Background(), pool("kb"))
+	if !errors.Is(err, ErrMissed) {
+		t.Fatalf("a replica whose snapshot misses trimmed batches: got %v, want ErrMissed", err)
+	}
+	importanceIs(t, "the replica that joined after the trim", later, "a.md", 56)
+	importanceIs(t, "the replica that joined after the trim", later, "c.md", 53)
+	// b.md's hit was trimmed before any snapshot had it: lost to this replica, and said so.
+	importanceIs(t, "the replica that joined after the trim", later, "b.md", 50)
+}
+
+func TestAReplicaBehindATrimmedPoolStartsAgainFromItsSnapshot(t *testing.T) {
+	_, client, pool := redisPools(t)
+	a, b := replica(), replica()
+	pa, pb := pool("kb"), pool("kb")
+	flushVia(t, b, pb) // b has read the pool, and stops flushing (a long pause)
+	a.RecordHits([]string{"a.md"})
+	flushVia(t, a, pa) // offers a snapshot with the hit
+	if err := client.XTrimMaxLen(context.Background(), pa.stream, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	flushVia(t, b, pb) // the snapshot has every trimmed batch: nothing to report
+	importanceIs(t, "the replica behind", b, "a.md", 53)
+	if b.Cursor() != a.Cursor() {
+		t.Errorf("cursor %q after the snapshot, want %q", b.Cursor(), a.Cursor())
+	}
+}
+
+func TestAReplicaCountsItsOwnHitsWhileThePoolIsDown(t *testing.T) {
+	srv, _, pool := redisPools(t)
+	a := replica()
+	pa := pool("kb")
+	flushVia(t, a, pa)
+	srv.Kill()
+	a.RecordHits([]string{"a.md"})
+	if err := a.FlushVia(context.Background(), pa); err == nil {
+		t.Fatal("FlushVia with Redis down returned no error")
+	}
+	importanceIs(t, "replica a", a, "a.md", 53)
+}
+
+func TestTakeOverCarriesPendingHitsAndThePlaceInThePool(t *testing.T) {
+	_, _, pool := redisPools(t)
+	prev := replica()
+	p := pool("kb")
+	prev.RecordHits([]string{"a.md"})
+	flushVia(t, prev, p)
+	prev.RecordHits([]string{"b.md"}) // not flushed before the reload
+	prev.RecordCuration("c.md")
+
+	next := replica()
+	next.TakeOver(prev)
+	if next.Cursor() != prev.Cursor() {
+		t.Fatalf("cursor %q, want prev's %q", next.Cursor(), prev.Cursor())
+	}
+	flushVia(t, next, p)
+	importanceIs(t, "the new store", next, "a.md", 53) // learned, not read again
+	importanceIs(t, "the new store", next, "b.md", 53) // pending, published by the new store
+	importanceIs(t, "the new store", next, "c.md", 55)
+}
+
+func TestCursorIsBefore(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want bool
+	}{
+		{"", "1-0", true},
+		{"1-0", "", false},
+		{"", "", false},
+		{"1-0", "1-1", true},
+		{"1-1", "1-0", false},
+		{"9-5", "10-0", true}, // numbers, not strings
+		{"10-0", "9-5", false},
+		{"1700000000000-3", "1700000000000-3", false},
+	}
+	for _, tc := range tests {
+		if got := cursorIsBefore(tc.a, tc.b); got != tc.want {
+			t.Errorf("cursorIsBefore(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+// Redis runs without persistence in the deployment: a restart empties the pool. The
+// replicas carry on from what they learned, into the new stream, and report no loss.
+func TestReplicasCarryOnAfterThePoolsRedisRestarts(t *testing.T) {
+	srv, client, pool := redisPools(t)
+	a, b := replica(), replica()
+	pa, pb := pool("kb"), pool("kb")
+	a.RecordHits([]string{"a.md"})
+	flushVia(t, a, pa)
+	flushVia(t, b, pb)
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// The restart closed the client's connections: the first call after it may fail.
+	for tries := 0; client.Ping(context.Background()).Err() != nil; tries++ {
+		if tries == 10 {
+			t.Fatal("redis-server did not come back after its restart")
+		}
+	}
+	b.RecordHits([]string{"b.md"})
+	flushVia(t, b, pb)
+	flushVia(t, a, pa)
+	for _, s := range []*Store{a, b} {
+		importanceIs(t, "after the restart", s, "a.md", 53)
+		importanceIs(t, "after the restart", s, "b.md", 53)
+	}
+}

@@ -1,0 +1,218 @@
+package signals
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisPool is one knowledge base's Pool in Redis, which the gateway replicas share
+// already: a stream of batches, <prefix>signals:<kb>, whose ids are Redis's clock and
+// the cursors, trimmed to about MaxBatches; and the newest snapshot, a hash
+// <prefix>signals:<kb>:snapshot. Neither has a time to live, so a volatile-lru
+// maxmemory policy (the deployment's) never evicts them.
+type RedisPool struct {
+	c        redis.UniversalClient
+	stream   string
+	snapshot string
+	timeout  time.Duration
+}
+
+// MaxBatches is about how many batches a pool's stream keeps (Redis trims it in whole
+// nodes, so a few more). A replica flushes at most once a second and offers a snapshot
+// every minute, so this covers the batches since the last snapshot for up to ~160
+// replicas, in a few MiB.
+const MaxBatches = 10000
+
+// NewRedisPool returns the pool of knowledge base kb on client, whose keys start with
+// prefix (redisx.Config.Prefix); each call is bounded by timeout.
+func NewRedisPool(client redis.UniversalClient, prefix, kb string, timeout time.Duration) *RedisPool {
+	stream := prefix + "signals:" + kb
+	return &RedisPool{c: client, stream: stream, snapshot: stream + ":snapshot", timeout: timeout}
+}
+
+// Publish adds b to the stream, with the id of the entry before it: a reader whose
+// cursor was trimmed away tells from the first entry left whether it missed any.
+func (p *RedisPool) Publish(ctx context.Context, b Batch) error {
+	raw, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	return publishScript.Run(ctx, p.c, []string{p.stream}, raw, MaxBatches).Err()
+}
+
+// Read returns the batches after cursor, and whether any were trimmed before they
+// were read, in one script. Trimming removes the oldest entries, so while the cursor's
+// own entry is in the stream nothing after it is gone; once it is not, entries after it
+// were trimmed unless the first entry left is the one that followed it (each entry
+// names the one before it) or the stream's first ever (Redis restarted without
+// persistence: what was lost with it is not known, and the new stream lost nothing), or,
+// with the stream empty, unless the cursor was the last entry.
+func (p *RedisPool) Read(ctx context.Context, cursor string, max int) ([]Pooled, bool, error) {
+	if cursor == "" {
+		cursor = "0-0"
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	res, err := readScript.Run(ctx, p.c, []string{p.stream}, cursor, max).Slice()
+	if err != nil {
+		return nil, false, err
+	}
+	if len(res) != 2 {
+		return nil, false, fmt.Errorf("read script replied %d values, want 2", len(res))
+	}
+	entries, _ := res[1].([]any)
+	out := make([]Pooled, 0, len(entries))
+	for _, e := range entries {
+		pb, err := decodeEntry(e)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s: %w", p.stream, err)
+		}
+		out = append(out, pb)
+	}
+	return out, res[0] == int64(1), nil
+}
+
+// decodeEntry decodes a stream entry, [id, [field, value, ...]].
+func decodeEntry(e any) (Pooled, error) {
+	pair, _ := e.([]any)
+	if len(pair) != 2 {
+		return Pooled{}, fmt.Errorf("stream entry %v: want an id and fields", e)
+	}
+	id, _ := pair[0].(string)
+	ms, _, ok := strings.Cut(id, "-")
+	stamp, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil {
+		return Pooled{}, fmt.Errorf("stream entry id %q: want <milliseconds>-<sequence>", id)
+	}
+	pb := Pooled{ID: id, At: time.UnixMilli(stamp)}
+	fields, _ := pair[1].([]any)
+	for i := 0; i+1 < len(fields); i += 2 {
+		if fields[i] == "b" {
+			raw, _ := fields[i+1].(string)
+			if err := json.Unmarshal([]byte(raw), &pb.Batch); err != nil {
+				return Pooled{}, fmt.Errorf("stream entry %s: %w", id, err)
+			}
+			return pb, nil
+		}
+	}
+	return Pooled{}, fmt.Errorf("stream entry %s: no batch", id)
+}
+
+// SaveSnapshot keeps s unless the pool's snapshot has a later cursor. The cursor is read
+// first, so that replicas that are not ahead do not send their whole snapshot for
+// nothing; the script checks again as it writes.
+func (p *RedisPool) SaveSnapshot(ctx context.Context, s Snapshot) error {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	kept, err := p.c.HGet(ctx, p.snapshot, "cursor").Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		return err
+	case !cursorIsBefore(kept, s.Cursor):
+		return nil
+	}
+	raw, err := json.Marshal(s.Records)
+	if err != nil {
+		return err
+	}
+	return saveScript.Run(ctx, p.c, []string{p.snapshot}, s.Cursor, raw).Err()
+}
+
+// LoadSnapshot returns the pool's snapshot, if it keeps one later than after.
+func (p *RedisPool) LoadSnapshot(ctx context.Context, after string) (Snapshot, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	vals, err := p.c.HMGet(ctx, p.snapshot, "cursor", "records").Result()
+	if err != nil {
+		return Snapshot{}, false, err
+	}
+	cursor, _ := vals[0].(string)
+	raw, _ := vals[1].(string)
+	if cursor == "" || raw == "" || !cursorIsBefore(after, cursor) {
+		return Snapshot{}, false, nil
+	}
+	s := Snapshot{Cursor: cursor}
+	if err := json.Unmarshal([]byte(raw), &s.Records); err != nil {
+		return Snapshot{}, false, fmt.Errorf("%s: %w", p.snapshot, err)
+	}
+	return s, true, nil
+}
+
+// cursorBefore is cursorIsBefore in Lua, for the scripts.
+const cursorBefore = `
+local function before(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  am, as, bm, bs = tonumber(am or 0), tonumber(as or 0), tonumber(bm or 0), tonumber(bs or 0)
+  return am < bm or (am == bm and as < bs)
+end
+`
+
+// publishScript adds the batch ARGV[1] to the stream, trimmed to about ARGV[2]
+// entries, with field p naming the entry before it ("0-0" none). KEYS: stream.
+var publishScript = redis.NewScript(`
+local prev = '0-0'
+local info = redis.pcall('XINFO', 'STREAM', KEYS[1])
+if not info.err then
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then prev = info[i + 1] end
+  end
+end
+return redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'b', ARGV[1], 'p', prev)`)
+
+// readScript returns {trimmed, entries}: entries are up to ARGV[2] entries after the
+// cursor ARGV[1] ("0-0": from the start), and trimmed is 1 when entries after it were
+// removed (see Read). No stream yet: nothing was trimmed, and nothing follows.
+// KEYS: stream.
+var readScript = redis.NewScript(cursorBefore + `
+local info = redis.pcall('XINFO', 'STREAM', KEYS[1])
+if info.err then return {0, {}} end
+local f = {}
+for i = 1, #info, 2 do f[info[i]] = info[i + 1] end
+local cursor = ARGV[1]
+local trimmed = 0
+if cursor == '0-0' or #redis.call('XRANGE', KEYS[1], cursor, cursor) == 0 then
+  local first = f['first-entry']
+  if type(first) == 'table' and #first > 0 then
+    local prev = '0-0'
+    for i = 1, #first[2], 2 do
+      if first[2][i] == 'p' then prev = first[2][i + 1] end
+    end
+    if prev ~= cursor and prev ~= '0-0' and before(cursor, first[1]) then trimmed = 1 end
+  elseif before(cursor, f['last-generated-id']) then
+    trimmed = 1
+  end
+end
+return {trimmed, redis.call('XRANGE', KEYS[1], '(' .. cursor, '+', 'COUNT', ARGV[2])}`)
+
+// saveScript writes the snapshot ARGV[2] at cursor ARGV[1] unless the one kept has a
+// later or equal cursor. KEYS: snapshot.
+var saveScript = redis.NewScript(cursorBefore + `
+local kept = redis.call('HGET', KEYS[1], 'cursor')
+if kept and not before(kept, ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'cursor', ARGV[1], 'records', ARGV[2])
+return 1`)
+
+// cursorIsBefore reports whether stream id a comes before b ("" before every other).
+func cursorIsBefore(a, b string) bool {
+	am, as := splitID(a)
+	bm, bs := splitID(b)
+	return am < bm || (am == bm && as < bs)
+}
+
+func splitID(id string) (ms, seq uint64) {
+	m, s, _ := strings.Cut(id, "-")
+	ms, _ = strconv.ParseUint(m, 10, 64)
+	seq, _ = strconv.ParseUint(s, 10, 64)
+	return ms, seq
+}
