@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/quarry-router/quarry/services/search/signals"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // signalsFile holds what the runtime learned about a knowledge base's files (importance,
@@ -66,9 +69,34 @@ type signalSaver struct {
 // lastPoolFlush bounds the flush that publishes a stopping replica's last hits.
 const lastPoolFlush = 5 * time.Second
 
+// poolFlushes counts the flushes of pooled signals by outcome: ok, error (the pool
+// was unreachable, or failed: this replica's hits count here only), missed (batches
+// other replicas counted were trimmed before this one read them). Created at init from
+// the global provider, a no-op until telemetry sets one up.
+var poolFlushes, _ = otel.Meter("github.com/quarry-router/quarry/services/search/kb").Int64Counter(
+	"quarry.search.signals.pool.flushes",
+	metric.WithDescription("Flushes of runtime signals through the pool the search replicas share, by outcome"),
+	metric.WithUnit("{flush}"))
+
+var poolOutcomes = map[string][]metric.AddOption{}
+
+func init() {
+	for _, o := range []string{"ok", "error", "missed"} {
+		poolOutcomes[o] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("quarry.outcome", o)))}
+	}
+}
+
 // flushVia flushes k's signals through its pool, logging failures once per outage.
 func (sv *signalSaver) flushVia(ctx context.Context, r *Registry, k *KB) {
 	err := k.Signals.FlushVia(ctx, r.pools(k.ID))
+	outcome := "ok"
+	switch {
+	case errors.Is(err, signals.ErrMissed):
+		outcome = "missed"
+	case err != nil:
+		outcome = "error"
+	}
+	poolFlushes.Add(ctx, 1, poolOutcomes[outcome]...)
 	switch {
 	case errors.Is(err, signals.ErrMissed):
 		// Rare (a replica far behind, the pool's Redis restarted): said every time.
