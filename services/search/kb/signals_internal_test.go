@@ -12,11 +12,9 @@ import (
 	"time"
 
 	"github.com/quarry-router/quarry/platform/redistest"
-	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
+	"github.com/quarry-router/quarry/services/search/engine/enginetest"
 	"github.com/quarry-router/quarry/services/search/signals"
 	"github.com/redis/go-redis/v9"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // Every reload gives a knowledge base a new signals store. The saver remembered each
@@ -120,7 +118,7 @@ func TestPooledSignalsKeepTheirPlaceAcrossReloadsAndRestarts(t *testing.T) {
 // The pool's flushes are counted by outcome (quarry.search.signals.pool.flushes), so an
 // outage shows on a dashboard and not only once in a log.
 func TestPooledFlushesAreCountedByOutcome(t *testing.T) {
-	reader := telemetrytest.Metrics()
+	metrics := enginetest.InstallMetrics(t) // the test binary's one meter provider
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })
@@ -138,36 +136,15 @@ func TestPooledFlushesAreCountedByOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sv signalSaver
-	before := poolFlushCounts(t, reader)
+	metrics.Counts(t, "quarry.search.signals.pool.flushes", "quarry.outcome") // from here
 	sv.flush(ctx, reg)
 	sv.flush(ctx, reg)
 	srv.Kill()
 	sv.flush(ctx, reg)
-	got := poolFlushCounts(t, reader)
+	got := metrics.Counts(t, "quarry.search.signals.pool.flushes", "quarry.outcome")
 	for outcome, want := range map[string]int64{"ok": 2, "error": 1, "missed": 0} {
-		if n := got[outcome] - before[outcome]; n != want {
+		if n := got[outcome]; n != want {
 			t.Errorf("%s flushes counted %d, want %d", outcome, n, want)
 		}
 	}
-}
-
-// poolFlushCounts reads quarry.search.signals.pool.flushes by outcome.
-func poolFlushCounts(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := r.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "quarry.search.signals.pool.flushes" {
-				for _, dp := range sum.DataPoints {
-					o, _ := dp.Attributes.Value("quarry.outcome")
-					out[o.AsString()] += dp.Value
-				}
-			}
-		}
-	}
-	return out
 }

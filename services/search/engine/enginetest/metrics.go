@@ -83,3 +83,26 @@ func (m *Metrics) Calls(t testing.TB) map[string]uint64 {
 	}
 	return out
 }
+
+// Counts returns what the int64 counter name counted since the previous read of the
+// metrics (Calls or Counts), by the value of its attribute key: the search service's
+// other counters, which share the one provider.
+func (m *Metrics) Counts(t testing.TB, name string, key attribute.Key) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := m.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatalf("collect metrics: %v", err)
+	}
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, md := range sm.Metrics {
+			if sum, ok := md.Data.(metricdata.Sum[int64]); ok && md.Name == name {
+				for _, dp := range sum.DataPoints {
+					v, _ := dp.Attributes.Value(key)
+					out[v.AsString()] += dp.Value
+				}
+			}
+		}
+	}
+	return out
+}
