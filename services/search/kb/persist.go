@@ -31,9 +31,11 @@ type savedSignals struct {
 	Version int       `json:"version"`
 	Saved   time.Time `json:"saved"`
 	// Cursor is the last batch of the signals pool applied to Records (pooled
-	// signals, PoolSignalsVia), where the store reads on from after a restart.
-	Cursor  string           `json:"cursor,omitempty"`
-	Records []signals.Record `json:"records"`
+	// signals, PoolSignalsVia), where the store reads on from after a restart, and
+	// Seen the batches and edits applied lately, so that each still counts once.
+	Cursor  string               `json:"cursor,omitempty"`
+	Seen    map[string]time.Time `json:"seen,omitempty"`
+	Records []signals.Record     `json:"records"`
 }
 
 // RunSignals flushes every knowledge base's runtime signals in the background until
@@ -147,7 +149,7 @@ func (sv *signalSaver) flush(ctx context.Context, r *Registry) {
 
 func (r *Registry) saveSignals(k *KB) error {
 	state := k.Signals.State()
-	raw, err := json.Marshal(savedSignals{Version: signalsVersion, Saved: time.Now().UTC(), Cursor: state.Cursor, Records: state.Records})
+	raw, err := json.Marshal(savedSignals{Version: signalsVersion, Saved: time.Now().UTC(), Cursor: state.Cursor, Seen: state.Seen, Records: state.Records})
 	if err != nil {
 		return err
 	}
@@ -213,6 +215,5 @@ func (r *Registry) restoreSignals(id string, sig *signals.Store) {
 		r.log.Warn("saved signals unreadable; starting from the front matter", "kb", id, "err", fmt.Errorf("%s: %w", signalsFile, err))
 		return
 	}
-	sig.Restore(s.Records)
-	sig.SetCursor(s.Cursor)
+	sig.Resume(signals.Snapshot{Cursor: s.Cursor, Records: s.Records, Seen: s.Seen})
 }

@@ -148,3 +148,50 @@ func TestPooledFlushesAreCountedByOutcome(t *testing.T) {
 		}
 	}
 }
+
+// Search replicas that share a folder (the prod overlay's volume) each see an edit of
+// it, through their watchers or rescans, and each recorded a curation: pooled, one edit
+// raised a file by +5 per replica. An edit counts once, named by the content it made.
+func TestAnEditSeenByEveryReplicaCountsOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, DisableIdentity: true})
+	t.Cleanup(func() { client.Close() })
+	root := t.TempDir()
+	file := filepath.Join(root, "a.md")
+	if err := os.WriteFile(file, []byte("# A\n\nText.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var cfg Config
+	cfg.RegisterFlags(flag.NewFlagSet("test", flag.ContinueOnError))
+	ctx := context.Background()
+	var regs []*Registry
+	for range 2 {
+		reg := NewRegistry(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		t.Cleanup(reg.Close)
+		reg.PoolSignalsVia(func(id string) signals.Pool { return signals.NewRedisPool(client, "edits:", id, time.Second) })
+		if _, err := reg.Load(ctx, "docs", root); err != nil {
+			t.Fatal(err)
+		}
+		regs = append(regs, reg)
+	}
+	seeded := regs[0].kbs["docs"].Signals.Get("a.md").Importance
+	if err := os.WriteFile(file, []byte("# A\n\nText, edited.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, reg := range regs {
+		if _, err := reg.applyEdits(ctx, "docs", []string{"a.md"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var savers [2]signalSaver
+	for range 2 {
+		for i, reg := range regs {
+			savers[i].flush(ctx, reg)
+		}
+	}
+	for i, reg := range regs {
+		if got := reg.kbs["docs"].Signals.Get("a.md").Importance; math.Abs(got-(seeded+5)) > 1e-3 {
+			t.Errorf("replica %d: a.md importance %.3f after one edit, want %.3f", i, got, seeded+5)
+		}
+	}
+}

@@ -1023,7 +1023,13 @@ func (r *Registry) apply(ctx context.Context, cur *KB, p *plan) (*KB, error) {
 	}
 	sig.Forget(forget)
 	for _, c := range p.curations {
-		sig.RecordCuration(c)
+		// Named by the content it made: replicas sharing the folder each see the edit
+		// (their watchers, their rescans), and pooled it counts once.
+		if d := t.ByPath[c]; d != nil && d.Hash != "" {
+			sig.RecordEdit(c, d.Hash)
+		} else {
+			sig.RecordCuration(c)
+		}
 	}
 	if len(p.curations) > 0 && r.pools == nil {
 		// At once, so the new snapshot ranks by them; pooled, they are published with

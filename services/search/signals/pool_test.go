@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +27,21 @@ func redisPools(t *testing.T) (*redistest.Server, redis.UniversalClient, func(kb
 	var n atomic.Int64
 	prefix := fmt.Sprintf("t%d:", n.Add(1))
 	return srv, client, func(kb string) *RedisPool { return NewRedisPool(client, prefix, kb, time.Second) }
+}
+
+// restartEmpty restarts the redis-server, which keeps nothing (persistence is off, as
+// in the deployment), and waits until the client reaches it again: the restart closed
+// its connections, so the first call after it may fail.
+func restartEmpty(t *testing.T, srv *redistest.Server, client redis.UniversalClient) {
+	t.Helper()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for tries := 0; client.Ping(context.Background()).Err() != nil; tries++ {
+		if tries == 10 {
+			t.Fatal("redis-server did not come back after its restart")
+		}
+	}
 }
 
 // replica is a store seeded as every replica of the test knowledge base seeds it.
@@ -215,20 +232,157 @@ func TestReplicasCarryOnAfterThePoolsRedisRestarts(t *testing.T) {
 	a.RecordHits([]string{"a.md"})
 	flushVia(t, a, pa)
 	flushVia(t, b, pb)
-	if err := srv.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	// The restart closed the client's connections: the first call after it may fail.
-	for tries := 0; client.Ping(context.Background()).Err() != nil; tries++ {
-		if tries == 10 {
-			t.Fatal("redis-server did not come back after its restart")
-		}
-	}
+	restartEmpty(t, srv, client)
 	b.RecordHits([]string{"b.md"})
 	flushVia(t, b, pb)
 	flushVia(t, a, pa)
 	for _, s := range []*Store{a, b} {
 		importanceIs(t, "after the restart", s, "a.md", 53)
 		importanceIs(t, "after the restart", s, "b.md", 53)
+	}
+}
+
+// lostReply is a pool whose publish reaches Redis but whose reply does not: a stall
+// past the deadline, a connection dropped after the write.
+type lostReply struct{ *RedisPool }
+
+func (p lostReply) Publish(ctx context.Context, b Batch) error {
+	if err := p.RedisPool.Publish(ctx, b); err != nil {
+		return err
+	}
+	return errors.New("read tcp: i/o timeout")
+}
+
+// A publish whose reply was lost was applied here as unpublished and then again when
+// read back: its ID counts it once.
+func TestABatchPublishedDespiteAnErrorCountsOnce(t *testing.T) {
+	_, _, pool := redisPools(t)
+	a, b := replica(), replica()
+	pa, pb := pool("kb"), pool("kb")
+	a.RecordHits([]string{"b.md"})
+	if err := a.FlushVia(context.Background(), lostReply{pa}); err == nil {
+		t.Fatal("a flush whose reply was lost returned no error")
+	}
+	flushVia(t, a, pa)
+	flushVia(t, b, pb)
+	importanceIs(t, "the replica whose reply was lost", a, "b.md", 53)
+	importanceIs(t, "the other replica", b, "b.md", 53)
+}
+
+// The same edit published by two replicas counts once; two edits count twice.
+func TestEditsCountOncePerChange(t *testing.T) {
+	_, _, pool := redisPools(t)
+	a, b := replica(), replica()
+	pa, pb := pool("kb"), pool("kb")
+	a.RecordEdit("a.md", "v1")
+	b.RecordEdit("a.md", "v1")
+	b.RecordEdit("b.md", "v1")
+	flushVia(t, a, pa)
+	flushVia(t, b, pb)
+	flushVia(t, a, pa)
+	b.RecordEdit("a.md", "v2")
+	flushVia(t, b, pb)
+	flushVia(t, a, pa)
+	for _, s := range []*Store{a, b} {
+		importanceIs(t, "edits", s, "a.md", 60)
+		importanceIs(t, "edits", s, "b.md", 55)
+	}
+}
+
+// Redis restarted empty while the pool was quiet: the replicas read no new batch, and
+// offered no snapshot, so a replica that started next began from the front matter. A
+// pool without a snapshot is offered one at the next flush.
+func TestAPoolThatLostItsSnapshotIsOfferedOneAtOnce(t *testing.T) {
+	srv, client, pool := redisPools(t)
+	a := replica()
+	pa := pool("kb")
+	a.RecordHits([]string{"a.md"})
+	flushVia(t, a, pa)
+	restartEmpty(t, srv, client)
+	flushVia(t, a, pa) // no batch since: only the snapshot to offer
+	late := replica()
+	flushVia(t, late, pool("kb"))
+	importanceIs(t, "the replica that started after the restart", late, "a.md", 53)
+}
+
+// An entry a replica cannot read (another release's format, a hand-made one) is passed
+// by and said, not a wall that stops every replica's pooling for good.
+func TestAnUnreadableBatchIsPassedBy(t *testing.T) {
+	_, client, pool := redisPools(t)
+	a := replica()
+	pa := pool("kb")
+	flushVia(t, a, pa)
+	if err := client.XAdd(context.Background(), &redis.XAddArgs{Stream: pa.stream, Values: []string{"b", `{"h":{"a.md":1.5}}`}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a.RecordHits([]string{"b.md"})
+	if err := a.FlushVia(context.Background(), pa); err == nil || !strings.Contains(err.Error(), "unreadable") {
+		t.Fatalf("FlushVia over an unreadable entry: %v, want it said", err)
+	}
+	flushVia(t, a, pa)
+	importanceIs(t, "past the unreadable entry", a, "b.md", 53)
+	importanceIs(t, "past the unreadable entry", a, "a.md", 50)
+}
+
+// A cursor that is no stream id (a hand edit of signals.json) reads from the start
+// rather than fail every read.
+func TestACursorThatIsNoStreamIDReadsFromTheStart(t *testing.T) {
+	_, _, pool := redisPools(t)
+	a := replica()
+	pa := pool("kb")
+	a.RecordHits([]string{"a.md"})
+	flushVia(t, a, pa)
+	b := replica()
+	b.Resume(Snapshot{Cursor: "not-a-cursor", Records: b.State().Records})
+	flushVia(t, b, pool("kb"))
+	importanceIs(t, "a replica with a broken cursor", b, "a.md", 53)
+}
+
+// BenchmarkSnapshot saves and loads the snapshot of a knowledge base of 100,000 files
+// (-kb-max-files) and reports its size and what it costs Redis's one thread per call,
+// which every gateway's cache calls wait behind.
+//
+//	go test -run '^$' -bench Snapshot -benchtime 5x ./services/search/signals
+func BenchmarkSnapshot(b *testing.B) {
+	srv := redistest.Start(b)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, DisableIdentity: true})
+	b.Cleanup(func() { client.Close() })
+	s := New(DefaultConfig(), time.Now)
+	for i := range 100_000 {
+		s.Seed(fmt.Sprintf("team-%d/area-%d/document-%d.md", i%40, i%900, i), 50+float64(i%50), tree.Validated, time.Time{})
+	}
+	p := NewRedisPool(client, "bench:", "kb", time.Second)
+	ctx := context.Background()
+	raw, err := encodeSnapshot(s.State())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := client.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		if err := p.SaveSnapshot(ctx, fmt.Sprintf("%d-0", i+1), s.State); err != nil {
+			b.Fatal(err)
+		}
+		if _, ok, err := p.LoadSnapshot(ctx, ""); err != nil || !ok {
+			b.Fatalf("load: %v %v", ok, err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(len(raw))/1e6, "MB")
+	stats, err := client.Info(ctx, "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(stats, "\n") {
+		for _, cmd := range []string{"cmdstat_hset:", "cmdstat_hmget:"} {
+			if strings.HasPrefix(line, cmd) {
+				_, per, _ := strings.Cut(line, "usec_per_call=")
+				per, _, _ = strings.Cut(per, ",")
+				v, _ := strconv.ParseFloat(per, 64)
+				b.ReportMetric(v/1000, strings.TrimSuffix(strings.TrimPrefix(cmd, "cmdstat_"), ":")+"-ms")
+			}
+		}
 	}
 }

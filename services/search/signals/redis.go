@@ -1,10 +1,13 @@
 package signals
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -15,8 +18,9 @@ import (
 // RedisPool is one knowledge base's Pool in Redis, which the gateway replicas share
 // already: a stream of batches, <prefix>signals:<kb>, whose ids are Redis's clock and
 // the cursors, trimmed to about MaxBatches; and the newest snapshot, a hash
-// <prefix>signals:<kb>:snapshot. Neither has a time to live, so a volatile-lru
-// maxmemory policy (the deployment's) never evicts them.
+// <prefix>signals:<kb>:snapshot of its cursor and its state (gzipped JSON). Neither
+// has a time to live, so a volatile-lru maxmemory policy (the deployment's) never
+// evicts them.
 type RedisPool struct {
 	c        redis.UniversalClient
 	stream   string
@@ -57,7 +61,9 @@ func (p *RedisPool) Publish(ctx context.Context, b Batch) error {
 // persistence: what was lost with it is not known, and the new stream lost nothing), or,
 // with the stream empty, unless the cursor was the last entry.
 func (p *RedisPool) Read(ctx context.Context, cursor string, max int) ([]Pooled, bool, error) {
-	if cursor == "" {
+	if !streamID.MatchString(cursor) {
+		// "" reads from the start, and so does a cursor that is no stream id (a hand
+		// edit of signals.json), which Redis would refuse at every read.
 		cursor = "0-0"
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
@@ -73,15 +79,19 @@ func (p *RedisPool) Read(ctx context.Context, cursor string, max int) ([]Pooled,
 	out := make([]Pooled, 0, len(entries))
 	for _, e := range entries {
 		pb, err := decodeEntry(e)
-		if err != nil {
+		if err != nil && pb.ID == "" {
 			return nil, false, fmt.Errorf("%s: %w", p.stream, err)
 		}
+		// An entry whose batch cannot be read (another release's format, a hand-made
+		// entry) is passed by, or every replica would stop at it for good.
+		pb.Err = err
 		out = append(out, pb)
 	}
 	return out, res[0] == int64(1), nil
 }
 
-// decodeEntry decodes a stream entry, [id, [field, value, ...]].
+// decodeEntry decodes a stream entry, [id, [field, value, ...]]. An entry with an id
+// whose batch cannot be read is returned with its id and an empty batch, and the error.
 func decodeEntry(e any) (Pooled, error) {
 	pair, _ := e.([]any)
 	if len(pair) != 2 {
@@ -99,40 +109,67 @@ func decodeEntry(e any) (Pooled, error) {
 		if fields[i] == "b" {
 			raw, _ := fields[i+1].(string)
 			if err := json.Unmarshal([]byte(raw), &pb.Batch); err != nil {
-				return Pooled{}, fmt.Errorf("stream entry %s: %w", id, err)
+				pb.Batch = Batch{}
+				return pb, fmt.Errorf("stream entry %s: %w", id, err)
 			}
 			return pb, nil
 		}
 	}
-	return Pooled{}, fmt.Errorf("stream entry %s: no batch", id)
+	return pb, fmt.Errorf("stream entry %s: no batch", id)
 }
 
-// SaveSnapshot keeps s unless the pool's snapshot has a later cursor. The cursor is read
-// first, so that replicas that are not ahead do not send their whole snapshot for
-// nothing; the script checks again as it writes.
-func (p *RedisPool) SaveSnapshot(ctx context.Context, s Snapshot) error {
+// snapshotTimeout bounds a snapshot's save or load, which carries a knowledge base's
+// every record (compressed, about a megabyte for 100,000 files).
+const snapshotTimeout = 10 * time.Second
+
+// SnapshotCursor returns the cursor of the snapshot the pool keeps ("" none).
+func (p *RedisPool) SnapshotCursor(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	kept, err := p.c.HGet(ctx, p.snapshot, "cursor").Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-	case err != nil:
-		return err
-	case !cursorIsBefore(kept, s.Cursor):
-		return nil
+	c, err := p.c.HGet(ctx, p.snapshot, "cursor").Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
 	}
-	raw, err := json.Marshal(s.Records)
-	if err != nil {
+	return c, err
+}
+
+// SaveSnapshot keeps build's snapshot unless the one kept is at or after cursor. The
+// check and the write are one optimistic transaction (WATCH), not a script: a script
+// would hold Redis, and with it every gateway's cache call, while it copied the
+// snapshot.
+func (p *RedisPool) SaveSnapshot(ctx context.Context, cursor string, build func() Snapshot) error {
+	ctx, cancel := context.WithTimeout(ctx, max(p.timeout, snapshotTimeout))
+	defer cancel()
+	err := p.c.Watch(ctx, func(tx *redis.Tx) error {
+		kept, err := tx.HGet(ctx, p.snapshot, "cursor").Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return err
+		case !cursorIsBefore(kept, cursor):
+			return nil
+		}
+		raw, err := encodeSnapshot(build())
+		if err != nil {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			pipe.HSet(ctx, p.snapshot, "cursor", cursor, "state", raw)
+			return nil
+		})
 		return err
+	}, p.snapshot)
+	if errors.Is(err, redis.TxFailedErr) {
+		return nil // another replica saved one meanwhile
 	}
-	return saveScript.Run(ctx, p.c, []string{p.snapshot}, s.Cursor, raw).Err()
+	return err
 }
 
 // LoadSnapshot returns the pool's snapshot, if it keeps one later than after.
 func (p *RedisPool) LoadSnapshot(ctx context.Context, after string) (Snapshot, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	ctx, cancel := context.WithTimeout(ctx, max(p.timeout, snapshotTimeout))
 	defer cancel()
-	vals, err := p.c.HMGet(ctx, p.snapshot, "cursor", "records").Result()
+	vals, err := p.c.HMGet(ctx, p.snapshot, "cursor", "state").Result()
 	if err != nil {
 		return Snapshot{}, false, err
 	}
@@ -141,11 +178,37 @@ func (p *RedisPool) LoadSnapshot(ctx context.Context, after string) (Snapshot, b
 	if cursor == "" || raw == "" || !cursorIsBefore(after, cursor) {
 		return Snapshot{}, false, nil
 	}
-	s := Snapshot{Cursor: cursor}
-	if err := json.Unmarshal([]byte(raw), &s.Records); err != nil {
+	s, err := decodeSnapshot(raw)
+	if err != nil {
 		return Snapshot{}, false, fmt.Errorf("%s: %w", p.snapshot, err)
 	}
+	s.Cursor = cursor
 	return s, true, nil
+}
+
+// encodeSnapshot is the snapshot as gzipped JSON: a tenth of its size, so saving and
+// loading it keeps Redis busy for a tenth of the time.
+func encodeSnapshot(s Snapshot) ([]byte, error) {
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	if err := json.NewEncoder(zw).Encode(s); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func decodeSnapshot(raw string) (Snapshot, error) {
+	var s Snapshot
+	zr, err := gzip.NewReader(strings.NewReader(raw))
+	if err != nil {
+		return s, err
+	}
+	defer zr.Close()
+	err = json.NewDecoder(zr).Decode(&s)
+	return s, err
 }
 
 // cursorBefore is cursorIsBefore in Lua, for the scripts.
@@ -195,13 +258,8 @@ if cursor == '0-0' or #redis.call('XRANGE', KEYS[1], cursor, cursor) == 0 then
 end
 return {trimmed, redis.call('XRANGE', KEYS[1], '(' .. cursor, '+', 'COUNT', ARGV[2])}`)
 
-// saveScript writes the snapshot ARGV[2] at cursor ARGV[1] unless the one kept has a
-// later or equal cursor. KEYS: snapshot.
-var saveScript = redis.NewScript(cursorBefore + `
-local kept = redis.call('HGET', KEYS[1], 'cursor')
-if kept and not before(kept, ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[1], 'cursor', ARGV[1], 'records', ARGV[2])
-return 1`)
+// streamID is the form of a stream entry id, and so of a cursor.
+var streamID = regexp.MustCompile(`^[0-9]+-[0-9]+$`)
 
 // cursorIsBefore reports whether stream id a comes before b ("" before every other).
 func cursorIsBefore(a, b string) bool {

@@ -5,6 +5,9 @@ package signals
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -68,6 +71,11 @@ type Store struct {
 
 	curMu     sync.Mutex
 	curations map[string]int
+	edits     []Edit
+
+	// seen holds the batch IDs and edits applied lately, with when, so that each counts
+	// once (seenFor). Guarded by flushMu.
+	seen map[string]time.Time
 
 	// flushMu serialises every writer of entries and the draining of shards.
 	flushMu sync.Mutex
@@ -119,7 +127,11 @@ func New(cfg Config, now func() time.Time) *Store {
 		shards:    make([]shard, n),
 		shardCap:  max(1, (limit+n-1)/n),
 		curations: map[string]int{},
+		seen:      map[string]time.Time{},
 	}
+	var id [6]byte
+	_, _ = crand.Read(id[:])
+	s.pool.replica = hex.EncodeToString(id[:])
 	for i := range s.shards {
 		s.shards[i].counts = map[string]uint32{}
 		s.shards[i].spare = map[string]uint32{}
@@ -207,6 +219,16 @@ func (s *Store) RecordCuration(path string) {
 	s.curMu.Unlock()
 }
 
+// RecordEdit notes a curation update of a path that made its content version (a
+// content hash). Replicas whose folders are one (a shared volume) each see the same
+// edit: pooled, it counts once however many of them publish it, where RecordCuration
+// would count it once per replica.
+func (s *Store) RecordEdit(path, version string) {
+	s.curMu.Lock()
+	s.edits = append(s.edits, Edit{Path: path, Version: version})
+	s.curMu.Unlock()
+}
+
 // Flush applies the hits and curations recorded so far: each hit adds HitGain and each
 // curation CurationGain to the decayed importance (capped at MaxImportance), the idle
 // clock restarts, and maturity is settled against the new importance. Paths that were
@@ -217,7 +239,9 @@ func (s *Store) Flush() {
 	defer s.flushed()
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
-	s.apply(s.drain(), s.now())
+	now := s.now()
+	s.forgetSeen(now)
+	s.apply(s.drain(), now)
 }
 
 // flushed calls the test hook, after a flush.
@@ -251,6 +275,7 @@ func (s *Store) drain() Batch {
 		b.Curations = s.curations
 		s.curations = map[string]int{}
 	}
+	b.Edits, s.edits = s.edits, nil
 	s.curMu.Unlock()
 	return b
 }
@@ -263,8 +288,29 @@ func (s *Store) apply(b Batch, at time.Time) {
 	if b.empty() {
 		return
 	}
+	if b.ID != "" {
+		if _, dup := s.seen["b:"+b.ID]; dup {
+			return
+		}
+		s.seen["b:"+b.ID] = at
+	}
+	curations := b.Curations
+	if len(b.Edits) > 0 {
+		curations = maps.Clone(curations)
+		if curations == nil {
+			curations = map[string]int{}
+		}
+		for _, e := range b.Edits {
+			k := "e:" + e.Path + "@" + e.Version
+			if _, dup := s.seen[k]; dup {
+				continue
+			}
+			s.seen[k] = at
+			curations[e.Path]++
+		}
+	}
 	s.changes.Add(1)
-	for _, p := range sortedPaths(b) {
+	for _, p := range sortedPaths(b.Hits, curations) {
 		ptr, ok := s.load(p)
 		if !ok {
 			continue
@@ -276,7 +322,7 @@ func (s *Store) apply(b Batch, at time.Time) {
 		}
 		imp := s.decayed(e, now)
 		mat := s.settle(e.mat, imp)
-		imp = s.clamp(imp + float64(b.Hits[p])*s.cfg.HitGain + float64(b.Curations[p])*s.cfg.CurationGain)
+		imp = s.clamp(imp + float64(b.Hits[p])*s.cfg.HitGain + float64(curations[p])*s.cfg.CurationGain)
 		ptr.Store(&entry{base: imp, last: now, mat: s.settle(mat, imp), updated: e.updated})
 	}
 }
@@ -325,6 +371,11 @@ func (s *Store) Snapshot() []Record {
 func (s *Store) Restore(records []Record) {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
+	s.restoreLocked(records)
+}
+
+// restoreLocked is Restore under flushMu.
+func (s *Store) restoreLocked(records []Record) {
 	s.changes.Add(1)
 	now := s.now()
 	for _, r := range records {
