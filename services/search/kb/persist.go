@@ -71,47 +71,63 @@ type signalSaver struct {
 // lastPoolFlush bounds the flush that publishes a stopping replica's last hits.
 const lastPoolFlush = 5 * time.Second
 
-// poolFlushes counts the flushes of pooled signals by outcome: ok, error (the pool
-// was unreachable, or failed: this replica's hits count here only), missed (batches
-// other replicas counted were trimmed before this one read them). Created at init from
-// the global provider, a no-op until telemetry sets one up.
+// poolFlushes counts the flushes of pooled signals by outcome: ok; error (the pool
+// was unreachable: this replica's hits count here only until it is back); missed
+// (batches other replicas counted were trimmed before this one read them); snapshot
+// (the pool's snapshot could not be read or offered); unreadable (an entry was passed
+// by). Created at init from the global provider, a no-op until telemetry sets one up.
 var poolFlushes, _ = otel.Meter("github.com/quarry-router/quarry/services/search/kb").Int64Counter(
 	"quarry.search.signals.pool.flushes",
 	metric.WithDescription("Flushes of runtime signals through the pool the search replicas share, by outcome"),
 	metric.WithUnit("{flush}"))
 
-var poolOutcomes = map[string][]metric.AddOption{}
+// poolOutcomes are the outcomes of a pooled flush, the first whose error it returned
+// first: what its kind of error says, and its metric options.
+var poolOutcomes = []struct {
+	err  error
+	name string
+	opts []metric.AddOption
+}{
+	{signals.ErrUnreachable, "error", nil},
+	{signals.ErrMissed, "missed", nil},
+	{signals.ErrSnapshot, "snapshot", nil},
+	{signals.ErrUnreadable, "unreadable", nil},
+	{nil, "ok", nil},
+}
 
 func init() {
-	for _, o := range []string{"ok", "error", "missed"} {
-		poolOutcomes[o] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("quarry.outcome", o)))}
+	for i, o := range poolOutcomes {
+		poolOutcomes[i].opts = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("quarry.outcome", o.name)))}
 	}
 }
 
-// flushVia flushes k's signals through its pool, logging failures once per outage.
+// flushVia flushes k's signals through its pool. An unreachable pool is logged when
+// it becomes so and when it is back, not at every flush; the other problems, rare,
+// whenever they happen.
 func (sv *signalSaver) flushVia(ctx context.Context, r *Registry, k *KB) {
 	err := k.Signals.FlushVia(ctx, r.pools(k.ID))
-	outcome := "ok"
-	switch {
-	case errors.Is(err, signals.ErrMissed):
-		outcome = "missed"
-	case err != nil:
-		outcome = "error"
+	outcome := poolOutcomes[len(poolOutcomes)-1]
+	for _, o := range poolOutcomes {
+		if o.err != nil && errors.Is(err, o.err) {
+			outcome = o
+			break
+		}
 	}
-	poolFlushes.Add(ctx, 1, poolOutcomes[outcome]...)
+	poolFlushes.Add(ctx, 1, outcome.opts...)
+	unreachable := errors.Is(err, signals.ErrUnreachable)
 	switch {
-	case errors.Is(err, signals.ErrMissed):
-		// Rare (a replica far behind, the pool's Redis restarted): said every time.
-		r.log.Warn("signals pool: this replica missed hits that other replicas counted", "kb", k.ID, "err", err)
-	case err != nil && !sv.failing[k.ID]:
+	case unreachable && !sv.failing[k.ID]:
 		if sv.failing == nil {
 			sv.failing = map[string]bool{}
 		}
 		sv.failing[k.ID] = true
 		r.log.Warn("signals pool unreachable; this replica counts its own hits alone until it is back", "kb", k.ID, "err", err)
-	case err == nil && sv.failing[k.ID]:
+	case !unreachable && sv.failing[k.ID]:
 		delete(sv.failing, k.ID)
 		r.log.Info("signals pool reachable again", "kb", k.ID)
+	}
+	if err != nil && !unreachable {
+		r.log.Warn("signals pool", "kb", k.ID, "outcome", outcome.name, "err", err)
 	}
 }
 

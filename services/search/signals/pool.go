@@ -46,19 +46,32 @@ type Pooled struct {
 }
 
 // Snapshot is what a replica had learned about a knowledge base once it had applied
-// the pool's batches up to Cursor.
+// the pool's batches up to Cursor, which the pool stamped At.
 type Snapshot struct {
-	Cursor  string   `json:"cursor"`
-	Records []Record `json:"records"`
+	Cursor  string    `json:"cursor"`
+	At      time.Time `json:"at"`
+	Records []Record  `json:"records"`
 	// Seen is the batch IDs and edits applied in the last minutes (seenFor), with
-	// when: a replica that starts from the snapshot counts them once too.
+	// the pool's time of each: a replica that starts from the snapshot counts them
+	// once too.
 	Seen map[string]time.Time `json:"seen,omitempty"`
 }
 
-// ErrMissed is what FlushVia reports when batches after its cursor were trimmed from the
-// pool before it read them, and the pool's snapshot did not have them either: they are
-// lost to this replica.
-var ErrMissed = errors.New("batches this replica never applied were trimmed from the pool")
+// What FlushVia's errors can say, besides the pool's own errors (errors.Is):
+var (
+	// ErrUnreachable: the pool could not be reached. This replica's batch is applied
+	// here alone, and published again once the pool is back.
+	ErrUnreachable = errors.New("the signals pool could not be reached")
+	// ErrMissed: batches after this replica's cursor were trimmed from the pool before
+	// it read them, and the pool's snapshot did not have them either: they are lost
+	// to this replica.
+	ErrMissed = errors.New("batches this replica never applied were trimmed from the pool")
+	// ErrSnapshot: the pool's snapshot could not be read or offered; the replica
+	// carries on from the batches.
+	ErrSnapshot = errors.New("the signals pool's snapshot could not be used")
+	// ErrUnreadable: an entry of the pool could not be read and was passed by.
+	ErrUnreadable = errors.New("an entry of the signals pool could not be read")
+)
 
 // Pool is where the search replicas of one knowledge base pool what their searches
 // hit. Without it each replica counts only the hits of the searches it serves, so with
@@ -73,10 +86,12 @@ type Pool interface {
 	// start), oldest first, and whether batches after cursor may have been trimmed
 	// from the pool before they were read (then the batches are what is left).
 	Read(ctx context.Context, cursor string, max int) (batches []Pooled, trimmed bool, err error)
-	// SnapshotCursor returns the cursor of the snapshot the pool keeps ("" none).
-	SnapshotCursor(ctx context.Context) (string, error)
+	// SnapshotAt returns when the pool stamped the cursor of the snapshot it keeps;
+	// false when it keeps none it can read.
+	SnapshotAt(ctx context.Context) (time.Time, bool, error)
 	// SaveSnapshot keeps build's snapshot, at cursor, for replicas that start later,
-	// unless the pool keeps one at or after cursor already (then build is not called).
+	// unless the pool keeps a readable one at or after cursor already (then build is
+	// not called).
 	SaveSnapshot(ctx context.Context, cursor string, build func() Snapshot) error
 	// LoadSnapshot returns the snapshot the pool keeps, if it keeps one whose cursor
 	// is later than after ("" any).
@@ -86,23 +101,41 @@ type Pool interface {
 // readPage is how many batches FlushVia reads from its pool at a time.
 const readPage = 1000
 
-// snapshotEvery is how often a replica offers its snapshot to the pool when the
-// pool's is older: replicas that start later begin from it. A pool that keeps none (its
-// Redis restarted empty) is offered one at the next flush.
-const snapshotEvery = time.Minute
+// snapshotEvery is how far, in the pool's time, a replica's cursor may run ahead of
+// the pool's snapshot before it offers its own: replicas that start later begin from
+// it. Replicas read the same batches, so the first to get that far offers, and the
+// others then find the pool's snapshot recent: about one offer a minute in all. A pool
+// that keeps none (its Redis restarted empty) is offered one at once. A replica whose
+// offer failed tries again after offerRetry.
+const (
+	snapshotEvery = time.Minute
+	offerRetry    = 10 * time.Second
+)
+
+// maxUnconfirmed bounds the batches a replica keeps to publish again while the pool
+// is unreachable: a minute's worth at the default flush interval, ten at most of a
+// busy replica's hits. Older ones still count here; the other replicas never see them.
+const maxUnconfirmed = 600
 
 // poolState is a store's place in its pool, kept under Store.poolMu.
 type poolState struct {
-	// cursor is the last batch applied ("" none). Also read by Cursor under flushMu.
-	cursor string
-	// loaded is set after the first FlushVia: a store that has read nothing from the
-	// pool by then starts from the pool's snapshot.
+	// cursor is the last batch applied ("" none), stamped cursorAt. Also read under
+	// flushMu.
+	cursor   string
+	cursorAt time.Time
+	// loaded is set once the store has looked for the pool's snapshot: a store that
+	// had read nothing from the pool by then starts from it.
 	loaded bool
-	// offeredAt is when this store last offered its snapshot.
-	offeredAt time.Time
+	// retryOffer is when this store may offer its snapshot again after an offer
+	// failed (its clock).
+	retryOffer time.Time
 	// replica names this store's batches, with published their count.
 	replica   string
 	published uint64
+	// unconfirmed are the batches applied here alone because their publication
+	// failed: published again at each flush until one succeeds (their IDs keep them
+	// from counting twice anywhere), and applied again over a snapshot that lacks them.
+	unconfirmed []Batch
 }
 
 // FlushVia is Flush for a replica that pools its signals: it publishes the hits and
@@ -113,43 +146,34 @@ type poolState struct {
 // if it keeps one, and so does one whose place in the pool was trimmed away.
 //
 // If the batch cannot be published, it is applied here alone, so that this replica
-// still counts its own hits, and the error is returned; the other replicas never see
-// that batch. Calls are serialised; Flush must not be used on a pooled store.
+// still counts its own hits, and published again at the next flushes. The error
+// returned says what went wrong (ErrUnreachable, ErrMissed, ErrSnapshot,
+// ErrUnreadable); the flush goes as far as it can. Calls are serialised; Flush must
+// not be used on a pooled store.
 func (s *Store) FlushVia(ctx context.Context, p Pool) error {
 	s.poolMu.Lock()
 	defer s.poolMu.Unlock()
 	defer s.flushed()
 
-	s.flushMu.Lock()
-	b := s.drain()
-	s.forgetSeen(s.now())
-	s.flushMu.Unlock()
-	if !b.empty() {
-		s.pool.published++
-		b.ID = fmt.Sprintf("%s.%d", s.pool.replica, s.pool.published)
-		if err := p.Publish(ctx, b); err != nil {
-			// Should the batch have reached the pool after all, its ID, seen here now,
-			// keeps it from counting twice when it is read back.
-			s.flushMu.Lock()
-			s.apply(b, s.now())
-			s.flushMu.Unlock()
-			return fmt.Errorf("publish %s to the pool (applied here only): %w", describe(b), err)
-		}
-	}
-	if !s.pool.loaded && s.pool.cursor == "" {
-		if err := s.loadSnapshot(ctx, p); err != nil {
-			return err
-		}
-	}
-	s.pool.loaded = true
 	var errs []error
+	if err := s.publish(ctx, p); err != nil {
+		errs = append(errs, err)
+	}
+	if !s.pool.loaded {
+		s.pool.loaded = true
+		if s.pool.cursor == "" {
+			if err := s.loadSnapshot(ctx, p); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	for {
 		batches, trimmed, err := p.Read(ctx, s.pool.cursor, readPage)
 		if err == nil && trimmed {
 			// Batches this store never applied are gone: the snapshot may have them.
 			cursor := s.pool.cursor
 			if err := s.loadSnapshot(ctx, p); err != nil {
-				return err
+				errs = append(errs, err)
 			}
 			if s.pool.cursor != cursor {
 				batches, trimmed, err = p.Read(ctx, s.pool.cursor, readPage)
@@ -159,15 +183,14 @@ func (s *Store) FlushVia(ctx context.Context, p Pool) error {
 			}
 		}
 		if err != nil {
-			return errors.Join(append(errs, fmt.Errorf("read the pool: %w", err))...)
+			return errors.Join(append(errs, fmt.Errorf("%w: read: %w", ErrUnreachable, err))...)
 		}
 		s.flushMu.Lock()
 		for _, pb := range batches {
 			if pb.Err != nil {
-				errs = append(errs, fmt.Errorf("passed by an unreadable batch: %w", pb.Err))
+				errs = append(errs, fmt.Errorf("%w: %w", ErrUnreadable, pb.Err))
 			}
-			s.apply(pb.Batch, pb.At)
-			s.pool.cursor = pb.ID
+			s.applyPooled(pb)
 		}
 		s.flushMu.Unlock()
 		if len(batches) < readPage {
@@ -175,42 +198,139 @@ func (s *Store) FlushVia(ctx context.Context, p Pool) error {
 		}
 	}
 	if err := s.offerSnapshot(ctx, p); err != nil {
-		errs = append(errs, fmt.Errorf("offer a snapshot to the pool: %w", err))
+		errs = append(errs, fmt.Errorf("%w: offer: %w", ErrSnapshot, err))
 	}
 	return errors.Join(errs...)
 }
 
-// offerSnapshot offers the pool this store's snapshot when the pool keeps none (its
-// Redis restarted empty: a replica that starts next would otherwise begin from the
-// front matter), or every snapshotEvery when the pool's is not at this store's cursor.
-// Called under poolMu.
+// publish publishes the batches that failed to publish before, then the hits and
+// curations recorded since the last flush. A batch that fails is applied here alone
+// (if new) and kept to try again. Called under poolMu.
+func (s *Store) publish(ctx context.Context, p Pool) error {
+	s.flushMu.Lock()
+	b := s.drain()
+	s.flushMu.Unlock()
+	queue := s.pool.unconfirmed
+	if !b.empty() {
+		s.pool.published++
+		b.ID = fmt.Sprintf("%s.%d", s.pool.replica, s.pool.published)
+		queue = append(queue, b)
+	}
+	s.pool.unconfirmed = nil
+	for i, q := range queue {
+		err := p.Publish(ctx, q)
+		if err == nil {
+			if q.ID != b.ID {
+				// Applied here already: when it is read back, its ID must still be seen,
+				// however long the pool was away.
+				s.flushMu.Lock()
+				s.seen["b:"+q.ID] = s.latestAt()
+				s.flushMu.Unlock()
+			}
+			continue
+		}
+		s.pool.unconfirmed = queue[i:]
+		if last := queue[len(queue)-1]; last.ID == b.ID {
+			// Should the batch have reached the pool after all, its ID, seen here now,
+			// keeps it from counting twice when it is read back.
+			s.flushMu.Lock()
+			s.apply(b, s.latestAt())
+			s.flushMu.Unlock()
+		}
+		if n := len(s.pool.unconfirmed); n > maxUnconfirmed {
+			s.pool.unconfirmed = s.pool.unconfirmed[n-maxUnconfirmed:]
+		}
+		return fmt.Errorf("%w: publish %s (applied here only, to be published again): %w", ErrUnreachable, describe(b), err)
+	}
+	return nil
+}
+
+// latestAt is the time to stamp what this store applies on its own: the pool's time
+// of its cursor, or its own clock if later. Called under flushMu.
+func (s *Store) latestAt() time.Time {
+	if now := s.now(); now.After(s.pool.cursorAt) {
+		return now
+	}
+	return s.pool.cursorAt
+}
+
+// applyPooled applies a batch read from the pool and moves the cursor past it.
+// Called under flushMu.
+func (s *Store) applyPooled(pb Pooled) {
+	s.forgetSeen(pb.At)
+	s.apply(pb.Batch, pb.At)
+	s.pool.cursor, s.pool.cursorAt = pb.ID, pb.At
+	if len(s.pool.unconfirmed) > 0 && pb.ID != "" {
+		// One of this store's own, published after all: no need to again.
+		s.pool.unconfirmed = removeID(s.pool.unconfirmed, pb.Batch.ID)
+	}
+}
+
+func removeID(bs []Batch, id string) []Batch {
+	if id == "" {
+		return bs
+	}
+	for i, b := range bs {
+		if b.ID == id {
+			return append(bs[:i:i], bs[i+1:]...)
+		}
+	}
+	return bs
+}
+
+// offerSnapshot offers the pool this store's snapshot when the pool keeps none it can
+// read (its Redis restarted empty: a replica that starts next would otherwise begin
+// from the front matter), or when this store's cursor is snapshotEvery past the
+// pool's. Called under poolMu.
 func (s *Store) offerSnapshot(ctx context.Context, p Pool) error {
 	if s.pool.cursor == "" {
 		return nil // nothing read: nothing to offer
 	}
-	kept, err := p.SnapshotCursor(ctx)
+	keptAt, ok, err := p.SnapshotAt(ctx)
 	if err != nil {
 		return err
 	}
-	now := s.now()
-	if kept == s.pool.cursor || (kept != "" && now.Sub(s.pool.offeredAt) < snapshotEvery) {
+	if ok && s.pool.cursorAt.Sub(keptAt) < snapshotEvery {
 		return nil
 	}
-	s.pool.offeredAt = now
-	return p.SaveSnapshot(ctx, s.pool.cursor, s.State)
+	now := s.now()
+	if now.Before(s.pool.retryOffer) {
+		return nil
+	}
+	if err := p.SaveSnapshot(ctx, s.pool.cursor, s.State); err != nil {
+		// A snapshot is a whole knowledge base's records: not built again every flush.
+		s.pool.retryOffer = now.Add(offerRetry)
+		return err
+	}
+	return nil
 }
 
 // loadSnapshot resumes from the pool's snapshot if it is later than this store's
 // cursor: a store that has read nothing from the pool starts from it, and so does one
-// that finds batches after its cursor trimmed. Called under poolMu.
+// that finds batches after its cursor trimmed. Batches this store applied alone and
+// the snapshot lacks are applied again over it. Called under poolMu.
 func (s *Store) loadSnapshot(ctx context.Context, p Pool) error {
 	snap, ok, err := p.LoadSnapshot(ctx, s.pool.cursor)
 	if err != nil {
-		return fmt.Errorf("load the pool's snapshot: %w", err)
+		return fmt.Errorf("%w: load: %w", ErrSnapshot, err)
 	}
-	if ok {
-		s.resume(snap)
-		s.pool.offeredAt = s.now() // the pool has it
+	if !ok {
+		return nil
+	}
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	own := map[string]time.Time{}
+	for _, b := range s.pool.unconfirmed {
+		if _, in := snap.Seen["b:"+b.ID]; !in {
+			own[b.ID] = s.seen["b:"+b.ID]
+		}
+	}
+	s.resumeLocked(snap)
+	for _, b := range s.pool.unconfirmed {
+		if at, lacked := own[b.ID]; lacked {
+			delete(s.seen, "b:"+b.ID)
+			s.apply(b, at)
+		}
 	}
 	return nil
 }
@@ -220,7 +340,7 @@ func (s *Store) loadSnapshot(ctx context.Context, p Pool) error {
 func (s *Store) State() Snapshot {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
-	return Snapshot{Cursor: s.pool.cursor, Records: s.Snapshot(), Seen: maps.Clone(s.seen)}
+	return Snapshot{Cursor: s.pool.cursor, At: s.pool.cursorAt, Records: s.Snapshot(), Seen: maps.Clone(s.seen)}
 }
 
 // Resume restores a saved State: what was learned (as Restore), where the store had
@@ -229,15 +349,15 @@ func (s *Store) State() Snapshot {
 func (s *Store) Resume(state Snapshot) {
 	s.poolMu.Lock()
 	defer s.poolMu.Unlock()
-	s.resume(state)
-}
-
-// resume is Resume under poolMu.
-func (s *Store) resume(state Snapshot) {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
+	s.resumeLocked(state)
+}
+
+// resumeLocked is Resume under poolMu and flushMu.
+func (s *Store) resumeLocked(state Snapshot) {
 	s.restoreLocked(state.Records)
-	s.pool.cursor = state.Cursor
+	s.pool.cursor, s.pool.cursorAt = state.Cursor, state.At
 	for k, at := range state.Seen {
 		s.seen[k] = at
 	}
@@ -259,7 +379,7 @@ func (s *Store) Cursor() string {
 func (s *Store) TakeOver(prev *Store) {
 	prev.flushMu.Lock()
 	pending := prev.drain()
-	state := Snapshot{Cursor: prev.pool.cursor, Records: prev.Snapshot(), Seen: maps.Clone(prev.seen)}
+	state := Snapshot{Cursor: prev.pool.cursor, At: prev.pool.cursorAt, Records: prev.Snapshot(), Seen: maps.Clone(prev.seen)}
 	prev.flushMu.Unlock()
 
 	s.Resume(state)
@@ -308,16 +428,24 @@ func sortedPaths(hits, curations map[string]int) []string {
 	return paths
 }
 
-// seenFor is how long a store remembers the batches and edits it applied, to count
-// each once: far longer than a batch takes to be published again or an edit to reach
-// every replica's watcher, far shorter than the same edit takes to be made again.
+// seenFor is how long, in the pool's time, a store remembers the batches and edits it
+// applied, to count each once: far longer than a batch takes to be published again or
+// an edit to reach every replica's watcher, far shorter than the same edit takes to be
+// made again. What is remembered is forgotten as batches arrive (forgetSeen), on
+// minute boundaries of their stamps, so every replica that applies the same batches
+// remembers the same things.
 const seenFor = 10 * time.Minute
 
-// forgetSeen drops what was applied more than seenFor before now. Called under
-// flushMu.
-func (s *Store) forgetSeen(now time.Time) {
-	for k, at := range s.seen {
-		if now.Sub(at) > seenFor {
+// forgetSeen drops what was applied more than seenFor before the minute of at, once
+// per minute of pool time. Called under flushMu.
+func (s *Store) forgetSeen(at time.Time) {
+	minute := at.Truncate(time.Minute)
+	if !minute.After(s.forgotAt) {
+		return
+	}
+	s.forgotAt = minute
+	for k, t := range s.seen {
+		if minute.Sub(t) > seenFor {
 			delete(s.seen, k)
 		}
 	}

@@ -60,10 +60,11 @@ func flushVia(t *testing.T, s *Store, p Pool) {
 	}
 }
 
-// Within a test, at most seconds pass between batches: decay over them is below 1e-4.
+// Within a test, at most seconds pass between batches, or a skewed clock moves eleven
+// minutes: decay over them is below 0.01, a hit or curation counted twice 3 or 5.
 func importanceIs(t *testing.T, who string, s *Store, path string, want float64) {
 	t.Helper()
-	if got := s.Get(path).Importance; math.Abs(got-want) > 1e-4 {
+	if got := s.Get(path).Importance; math.Abs(got-want) > 0.01 {
 		t.Errorf("%s: %s importance %v, want %v", who, path, got, want)
 	}
 }
@@ -316,7 +317,7 @@ func TestAnUnreadableBatchIsPassedBy(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.RecordHits([]string{"b.md"})
-	if err := a.FlushVia(context.Background(), pa); err == nil || !strings.Contains(err.Error(), "unreadable") {
+	if err := a.FlushVia(context.Background(), pa); !errors.Is(err, ErrUnreadable) {
 		t.Fatalf("FlushVia over an unreadable entry: %v, want it said", err)
 	}
 	flushVia(t, a, pa)
@@ -385,4 +386,115 @@ func BenchmarkSnapshot(b *testing.B) {
 			}
 		}
 	}
+}
+
+// skewed is a replica whose clock is real time plus an offset the test moves.
+func skewed() (*Store, *atomic.Int64) {
+	var off atomic.Int64
+	s := New(DefaultConfig(), func() time.Time { return time.Now().Add(time.Duration(off.Load())) })
+	for _, p := range []string{"a.md", "b.md", "c.md"} {
+		s.Seed(p, 50, tree.Validated, time.Time{})
+	}
+	return s, &off
+}
+
+// readFails and publishFails are pools with one direction cut.
+type (
+	readFails    struct{ *RedisPool }
+	publishFails struct{ *RedisPool }
+)
+
+func (readFails) Read(context.Context, string, int) ([]Pooled, bool, error) {
+	return nil, false, errors.New("dial tcp: i/o timeout")
+}
+
+func (publishFails) Publish(context.Context, Batch) error { return errors.New("dial tcp: i/o timeout") }
+
+// A snapshot this release cannot read (a hand edit, a later release's after a
+// rollback) stopped every replica that started from nothing: it is dropped, the
+// replica reads the batches, and offers its own in its place.
+func TestAnUnreadableSnapshotIsReplaced(t *testing.T) {
+	_, client, pool := redisPools(t)
+	a := replica()
+	pa := pool("kb")
+	a.RecordHits([]string{"a.md"})
+	flushVia(t, a, pa)
+	if err := client.HSet(context.Background(), pa.snapshot, "state", "not gzip").Err(); err != nil {
+		t.Fatal(err)
+	}
+	late, pl := replica(), pool("kb")
+	if err := late.FlushVia(context.Background(), pl); !errors.Is(err, ErrSnapshot) {
+		t.Fatalf("starting from an unreadable snapshot: %v, want ErrSnapshot", err)
+	}
+	importanceIs(t, "the replica that started", late, "a.md", 53)
+	a.RecordHits([]string{"b.md"})
+	flushVia(t, a, pa)
+	flushVia(t, late, pl) // offers its snapshot in the dropped one's place
+	later := replica()
+	flushVia(t, later, pool("kb"))
+	importanceIs(t, "a replica that started from the new snapshot", later, "a.md", 53)
+	importanceIs(t, "a replica that started from the new snapshot", later, "b.md", 53)
+}
+
+// A batch applied here alone because its publication seemed to fail was counted again
+// when it came back from the pool after a partition longer than ten minutes: what was
+// seen is forgotten by the pool's time, not this replica's clock.
+func TestALostReplyCountsOnceAfterALongPartition(t *testing.T) {
+	_, _, pool := redisPools(t)
+	a, off := skewed()
+	pa := pool("kb")
+	flushVia(t, a, pa)
+	a.RecordHits([]string{"b.md"})
+	if err := a.FlushVia(context.Background(), lostReply{pa}); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("a lost reply: %v, want ErrUnreachable", err)
+	}
+	off.Store(int64(11 * time.Minute))
+	if err := a.FlushVia(context.Background(), readFails{pa}); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("reads failing: %v, want ErrUnreachable", err)
+	}
+	flushVia(t, a, pa)
+	importanceIs(t, "after the partition", a, "b.md", 53)
+}
+
+// Replicas that read the same batches agree, however their reads fall in time: one
+// that read an edit's two publications in two flushes ten minutes apart by its clock,
+// and one that read both in one flush, counted it twice and once.
+func TestReplicasAgreeWhateverTheirClocks(t *testing.T) {
+	_, _, pool := redisPools(t)
+	a, b, d := replica(), replica(), replica()
+	c, off := skewed()
+	pa, pb, pc, pd := pool("kb"), pool("kb"), pool("kb"), pool("kb")
+	flushVia(t, d, pd)
+	a.RecordEdit("a.md", "v1")
+	flushVia(t, a, pa)
+	flushVia(t, c, pc)
+	off.Store(int64(11 * time.Minute))
+	b.RecordEdit("a.md", "v1")
+	flushVia(t, b, pb)
+	flushVia(t, c, pc)
+	flushVia(t, d, pd)
+	for name, s := range map[string]*Store{"read apart": c, "read together": d} {
+		importanceIs(t, name, s, "a.md", 55)
+	}
+}
+
+// A replica that counted its own hits alone before it first reached the pool kept them
+// when it then started from the pool's snapshot, and publishes them once it can.
+func TestHitsCountedAloneOutliveTheSnapshot(t *testing.T) {
+	_, _, pool := redisPools(t)
+	a := replica()
+	pa := pool("kb")
+	a.RecordHits([]string{"a.md"})
+	flushVia(t, a, pa) // the pool keeps a snapshot
+	late, pl := replica(), pool("kb")
+	late.RecordHits([]string{"c.md"})
+	if err := late.FlushVia(context.Background(), publishFails{pl}); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("publishing failed: %v, want ErrUnreachable", err)
+	}
+	importanceIs(t, "the replica that could not publish", late, "a.md", 53) // it read on
+	importanceIs(t, "the replica that could not publish", late, "c.md", 53)
+	flushVia(t, late, pl) // published now
+	flushVia(t, a, pa)
+	importanceIs(t, "the replica that could not publish", late, "c.md", 53)
+	importanceIs(t, "the other replica", a, "c.md", 53)
 }

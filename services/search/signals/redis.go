@@ -122,21 +122,30 @@ func decodeEntry(e any) (Pooled, error) {
 // every record (compressed, about a megabyte for 100,000 files).
 const snapshotTimeout = 10 * time.Second
 
-// SnapshotCursor returns the cursor of the snapshot the pool keeps ("" none).
-func (p *RedisPool) SnapshotCursor(ctx context.Context) (string, error) {
+// snapshotFormat names how the snapshot's state is written: a release reads only its
+// own, and a snapshot it cannot read is dropped, so that the next offer replaces it.
+const snapshotFormat = "gzip+json/1"
+
+// SnapshotAt returns the stamp of the kept snapshot's cursor.
+func (p *RedisPool) SnapshotAt(ctx context.Context) (time.Time, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	c, err := p.c.HGet(ctx, p.snapshot, "cursor").Result()
-	if errors.Is(err, redis.Nil) {
-		return "", nil
+	switch {
+	case errors.Is(err, redis.Nil):
+		return time.Time{}, false, nil
+	case err != nil:
+		return time.Time{}, false, err
 	}
-	return c, err
+	ms, _ := splitID(c)
+	return time.UnixMilli(int64(ms)), true, nil
 }
 
 // SaveSnapshot keeps build's snapshot unless the one kept is at or after cursor. The
 // check and the write are one optimistic transaction (WATCH), not a script: a script
 // would hold Redis, and with it every gateway's cache call, while it copied the
-// snapshot.
+// snapshot. Each socket read or write of it is bounded by the client's timeout too
+// (redisx: -redis-timeout, at least 250 ms), which a megabyte on a LAN meets.
 func (p *RedisPool) SaveSnapshot(ctx context.Context, cursor string, build func() Snapshot) error {
 	ctx, cancel := context.WithTimeout(ctx, max(p.timeout, snapshotTimeout))
 	defer cancel()
@@ -154,7 +163,8 @@ func (p *RedisPool) SaveSnapshot(ctx context.Context, cursor string, build func(
 			return err
 		}
 		_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-			pipe.HSet(ctx, p.snapshot, "cursor", cursor, "state", raw)
+			pipe.Del(ctx, p.snapshot)
+			pipe.HSet(ctx, p.snapshot, "cursor", cursor, "format", snapshotFormat, "state", raw)
 			return nil
 		})
 		return err
@@ -165,25 +175,53 @@ func (p *RedisPool) SaveSnapshot(ctx context.Context, cursor string, build func(
 	return err
 }
 
-// LoadSnapshot returns the pool's snapshot, if it keeps one later than after.
+// LoadSnapshot returns the pool's snapshot, if it keeps one later than after. One it
+// cannot read (another release's format, a hand edit) is dropped, unless another
+// replica replaced it meanwhile, and reported.
 func (p *RedisPool) LoadSnapshot(ctx context.Context, after string) (Snapshot, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, max(p.timeout, snapshotTimeout))
 	defer cancel()
-	vals, err := p.c.HMGet(ctx, p.snapshot, "cursor", "state").Result()
+	vals, err := p.c.HMGet(ctx, p.snapshot, "cursor", "format", "state").Result()
 	if err != nil {
 		return Snapshot{}, false, err
 	}
 	cursor, _ := vals[0].(string)
-	raw, _ := vals[1].(string)
-	if cursor == "" || raw == "" || !cursorIsBefore(after, cursor) {
+	format, _ := vals[1].(string)
+	raw, _ := vals[2].(string)
+	if cursor == "" || !cursorIsBefore(after, cursor) {
 		return Snapshot{}, false, nil
 	}
-	s, err := decodeSnapshot(raw)
+	s, err := decodeSnapshot(format, raw)
 	if err != nil {
-		return Snapshot{}, false, fmt.Errorf("%s: %w", p.snapshot, err)
+		err = fmt.Errorf("%s at %s: %w", p.snapshot, cursor, err)
+		if derr := p.dropSnapshot(ctx, cursor); derr != nil {
+			return Snapshot{}, false, errors.Join(err, fmt.Errorf("drop it: %w", derr))
+		}
+		return Snapshot{}, false, fmt.Errorf("%w; dropped, for the next offer to replace", err)
 	}
 	s.Cursor = cursor
+	ms, _ := splitID(cursor)
+	s.At = time.UnixMilli(int64(ms))
 	return s, true, nil
+}
+
+// dropSnapshot deletes the snapshot if it is still the one at cursor.
+func (p *RedisPool) dropSnapshot(ctx context.Context, cursor string) error {
+	err := p.c.Watch(ctx, func(tx *redis.Tx) error {
+		kept, err := tx.HGet(ctx, p.snapshot, "cursor").Result()
+		if err != nil || kept != cursor {
+			return nil
+		}
+		_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			pipe.Del(ctx, p.snapshot)
+			return nil
+		})
+		return err
+	}, p.snapshot)
+	if errors.Is(err, redis.TxFailedErr) {
+		return nil
+	}
+	return err
 }
 
 // encodeSnapshot is the snapshot as gzipped JSON: a tenth of its size, so saving and
@@ -200,8 +238,11 @@ func encodeSnapshot(s Snapshot) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func decodeSnapshot(raw string) (Snapshot, error) {
+func decodeSnapshot(format, raw string) (Snapshot, error) {
 	var s Snapshot
+	if format != snapshotFormat {
+		return s, fmt.Errorf("format %q, not this release's %q", format, snapshotFormat)
+	}
 	zr, err := gzip.NewReader(strings.NewReader(raw))
 	if err != nil {
 		return s, err

@@ -74,8 +74,9 @@ type Store struct {
 	edits     []Edit
 
 	// seen holds the batch IDs and edits applied lately, with when, so that each counts
-	// once (seenFor). Guarded by flushMu.
-	seen map[string]time.Time
+	// once (seenFor); forgotAt is the minute it was last pruned at. Guarded by flushMu.
+	seen     map[string]time.Time
+	forgotAt time.Time
 
 	// flushMu serialises every writer of entries and the draining of shards.
 	flushMu sync.Mutex
