@@ -32,7 +32,10 @@ const (
 
 // Load reads the knowledge base under root. Every open goes through an os.Root, so no
 // path in the tree can reach outside it, and symbolic links are never followed: a link
-// (to a file or a folder, inside the tree or not) is skipped and recorded. Hidden files
+// (to a file or a folder, inside the tree or not) is skipped and recorded. The one
+// exception is a Kubernetes ConfigMap, Secret or projected volume, whose every name is a
+// link: it is read through its "..data" link, which must stay inside root (Tree.Root
+// names it). Hidden files
 // and folders and files not ending in ".md" are ignored. A file that is too large, not
 // UTF-8, holds NUL bytes, or has front matter that fails to parse or sets an invalid
 // importance or maturity is skipped and recorded in Tree.Skipped with the reason; it
@@ -53,6 +56,11 @@ func Load(ctx context.Context, root string, cfg Config, log *slog.Logger) (*Tree
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", root, err)
 	}
+	if data, ok := volumeData(r); ok {
+		r.Close()
+		r, root = data, filepath.Join(root, volumeDataLink)
+		log.Debug("reading a Kubernetes volume through its data link", "root", root)
+	}
 	defer r.Close()
 	l := &loader{ctx: ctx, root: r, rootName: rootName(root), cfg: cfg, log: log}
 	if err := fs.WalkDir(r.FS(), ".", l.visit); err != nil {
@@ -66,12 +74,38 @@ func Load(ctx context.Context, root string, cfg Config, log *slog.Logger) (*Tree
 	return t, nil
 }
 
-// rootName is the title fallback of the root folder's _index.md.
+// rootName is the title fallback of the root folder's _index.md: the folder's name, or
+// for a volume read through its data link, the name of the folder it is mounted on.
 func rootName(root string) string {
 	if abs, err := filepath.Abs(root); err == nil {
 		root = abs
 	}
+	if filepath.Base(root) == volumeDataLink {
+		root = filepath.Dir(root)
+	}
 	return filepath.Base(root)
+}
+
+// volumeDataLink is where the kubelet publishes a ConfigMap, Secret or projected volume
+// (pkg/volume/util/atomic_writer.go): the files are in a hidden timestamped folder, this
+// link names it, and each top-level name in the volume is a link through it. An update
+// writes a new folder and renames a new link over this one, so reading through it sees
+// one version or the next, never a mix.
+const volumeDataLink = "..data"
+
+// volumeData opens the folder a Kubernetes volume's data link names when r is such a
+// volume, since its visible names are links, which are never followed. The link is
+// resolved through r, so it cannot lead out of it.
+func volumeData(r *os.Root) (*os.Root, bool) {
+	fi, err := r.Lstat(volumeDataLink)
+	if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		return nil, false
+	}
+	data, err := r.OpenRoot(volumeDataLink)
+	if err != nil {
+		return nil, false
+	}
+	return data, true
 }
 
 type loader struct {
@@ -242,7 +276,8 @@ type File struct {
 }
 
 // ReadFiles reads the markdown files under root with Load's rules (no symbolic link
-// followed, hidden entries ignored, size, depth and count limits) without parsing them,
+// followed but a volume's data link, hidden entries ignored, size, depth and count
+// limits) without parsing them,
 // for copying a tree into a knowledge base. Archived originals are returned too, marked.
 // Files Load would skip before parsing are returned as Skips with the reason.
 func ReadFiles(ctx context.Context, root string, cfg Config) ([]File, []Skip, error) {
@@ -255,6 +290,10 @@ func ReadFiles(ctx context.Context, root string, cfg Config) ([]File, []Skip, er
 	r, err := os.OpenRoot(root)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read %s: %w", root, err)
+	}
+	if data, ok := volumeData(r); ok {
+		r.Close()
+		r = data
 	}
 	defer r.Close()
 	files, skips, err := readFiles(ctx, r, cfg)
@@ -282,6 +321,10 @@ func ReadFilesBeneath(ctx context.Context, base, rel string, cfg Config) ([]File
 	r, err := b.OpenRoot(rel)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read %s: %w", rel, err)
+	}
+	if data, ok := volumeData(r); ok {
+		r.Close()
+		r = data
 	}
 	defer r.Close()
 	files, skips, err := readFiles(ctx, r, cfg)

@@ -11,7 +11,8 @@ import (
 // Tree is a loaded knowledge base. It is immutable once Load returns, so any number of
 // goroutines may read it; a change to the files is a new Load.
 type Tree struct {
-	// Root is the folder the tree was loaded from, as given to Load.
+	// Root is the folder the tree was loaded from, as given to Load, or for a Kubernetes
+	// volume its data link ("<folder>/..data"), through which every later read goes.
 	Root string
 	// Docs holds every loaded document, sorted by path.
 	Docs []*Document
