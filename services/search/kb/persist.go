@@ -34,8 +34,12 @@ type savedSignals struct {
 	// signals, PoolSignalsVia), where the store reads on from after a restart, and
 	// Seen the batches and edits applied lately, so that each still counts once.
 	Cursor  string               `json:"cursor,omitempty"`
+	At      time.Time            `json:"at,omitzero"`
 	Seen    map[string]time.Time `json:"seen,omitempty"`
 	Records []signals.Record     `json:"records"`
+	// Pending is this replica's batches the pool had not confirmed: published again
+	// after a restart, rather than lost to the other replicas.
+	Pending []signals.PendingBatch `json:"pending,omitempty"`
 }
 
 // RunSignals flushes every knowledge base's runtime signals in the background until
@@ -165,7 +169,7 @@ func (sv *signalSaver) flush(ctx context.Context, r *Registry) {
 
 func (r *Registry) saveSignals(k *KB) error {
 	state := k.Signals.State()
-	raw, err := json.Marshal(savedSignals{Version: signalsVersion, Saved: time.Now().UTC(), Cursor: state.Cursor, Seen: state.Seen, Records: state.Records})
+	raw, err := json.Marshal(savedSignals{Version: signalsVersion, Saved: time.Now().UTC(), Cursor: state.Cursor, At: state.At, Seen: state.Seen, Records: state.Records, Pending: state.Pending})
 	if err != nil {
 		return err
 	}
@@ -231,5 +235,5 @@ func (r *Registry) restoreSignals(id string, sig *signals.Store) {
 		r.log.Warn("saved signals unreadable; starting from the front matter", "kb", id, "err", fmt.Errorf("%s: %w", signalsFile, err))
 		return
 	}
-	sig.Resume(signals.Snapshot{Cursor: s.Cursor, Records: s.Records, Seen: s.Seen})
+	sig.Resume(signals.Snapshot{Cursor: s.Cursor, At: s.At, Records: s.Records, Seen: s.Seen, Pending: s.Pending})
 }

@@ -2,12 +2,14 @@ package kb
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -192,6 +194,84 @@ func TestAnEditSeenByEveryReplicaCountsOnce(t *testing.T) {
 	for i, reg := range regs {
 		if got := reg.kbs["docs"].Signals.Get("a.md").Importance; math.Abs(got-(seeded+5)) > 1e-3 {
 			t.Errorf("replica %d: a.md importance %.3f after one edit, want %.3f", i, got, seeded+5)
+		}
+	}
+}
+
+// downPool is a signals pool that can be cut off, as by a partition.
+type downPool struct {
+	signals.Pool
+	down *atomic.Bool
+}
+
+var errPartition = errors.New("dial tcp: i/o timeout")
+
+func (p downPool) Publish(ctx context.Context, b signals.Batch) error {
+	if p.down.Load() {
+		return errPartition
+	}
+	return p.Pool.Publish(ctx, b)
+}
+
+func (p downPool) Read(ctx context.Context, cursor string, n int) ([]signals.Pooled, bool, error) {
+	if p.down.Load() {
+		return nil, false, errPartition
+	}
+	return p.Pool.Read(ctx, cursor, n)
+}
+
+// Hits a replica counted alone while the pool was away are kept in signals.json with
+// what it learned: restarted, the replica publishes them, and the other replicas count
+// them too; the replica itself still counts them once.
+func TestHitsCountedWhileThePoolWasAwayOutliveARestart(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, DisableIdentity: true})
+	t.Cleanup(func() { client.Close() })
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "a.md"), []byte("# A\n\nText.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var down atomic.Bool
+	open := func(args ...string) *Registry {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		var cfg Config
+		cfg.RegisterFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		reg := NewRegistry(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		t.Cleanup(reg.Close)
+		reg.PoolSignalsVia(func(id string) signals.Pool {
+			return downPool{signals.NewRedisPool(client, "away:", id, time.Second), &down}
+		})
+		if _, err := reg.Load(context.Background(), "docs", root); err != nil {
+			t.Fatal(err)
+		}
+		return reg
+	}
+	ctx := context.Background()
+	dataDir := t.TempDir()
+	a, other := open("-data-dir", dataDir), open()
+	var sa, so signalSaver
+	sa.flush(ctx, a)
+	so.flush(ctx, other)
+	seeded := other.kbs["docs"].Signals.Get("a.md").Importance
+
+	down.Store(true)
+	a.kbs["docs"].Signals.RecordHits([]string{"a.md"})
+	sa.flush(ctx, a) // applied alone, saved
+	a.Close()
+	down.Store(false)
+
+	a = open("-data-dir", dataDir)
+	sa = signalSaver{}
+	for range 2 {
+		sa.flush(ctx, a)
+		so.flush(ctx, other)
+	}
+	for name, reg := range map[string]*Registry{"the restarted replica": a, "the other replica": other} {
+		if got := reg.kbs["docs"].Signals.Get("a.md").Importance; math.Abs(got-(seeded+3)) > 1e-3 {
+			t.Errorf("%s: a.md importance %.3f, want %.3f (one hit)", name, got, seeded+3)
 		}
 	}
 }

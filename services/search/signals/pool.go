@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -55,6 +56,18 @@ type Snapshot struct {
 	// the pool's time of each: a replica that starts from the snapshot counts them
 	// once too.
 	Seen map[string]time.Time `json:"seen,omitempty"`
+	// Pending is this replica's batches the pool has not confirmed yet (State): kept
+	// with its saved state across restarts, never in the pool's snapshot.
+	Pending []PendingBatch `json:"pending,omitempty"`
+}
+
+// PendingBatch is a batch of this replica's applied here before the pool confirmed it.
+type PendingBatch struct {
+	Batch
+	// Published says the pool has taken it since. It is kept until it is read back,
+	// or until the snapshot the replica resumes from shows whether it holds it: a
+	// trim can take it before this replica reads it, and an older snapshot lacks it.
+	Published bool `json:"published,omitempty"`
 }
 
 // What FlushVia's errors can say, besides the pool's own errors (errors.Is):
@@ -94,7 +107,8 @@ type Pool interface {
 	// not called).
 	SaveSnapshot(ctx context.Context, cursor string, build func() Snapshot) error
 	// LoadSnapshot returns the snapshot the pool keeps, if it keeps one whose cursor
-	// is later than after ("" any).
+	// is later than after ("" any). One it cannot read is reported as ErrUnreadable
+	// (dropped, for the next offer to replace).
 	LoadSnapshot(ctx context.Context, after string) (Snapshot, bool, error)
 }
 
@@ -112,10 +126,13 @@ const (
 	offerRetry    = 10 * time.Second
 )
 
-// maxUnconfirmed bounds the batches a replica keeps to publish again while the pool
-// is unreachable: a minute's worth at the default flush interval, ten at most of a
-// busy replica's hits. Older ones still count here; the other replicas never see them.
-const maxUnconfirmed = 600
+// maxPending and maxPendingPaths bound the batches a replica keeps to publish again
+// while the pool is unreachable, and their paths: ten minutes' worth at the default
+// flush interval. Older ones still count here; the other replicas never see them.
+const (
+	maxPending      = 600
+	maxPendingPaths = 100_000
+)
 
 // poolState is a store's place in its pool, kept under Store.poolMu.
 type poolState struct {
@@ -132,10 +149,10 @@ type poolState struct {
 	// replica names this store's batches, with published their count.
 	replica   string
 	published uint64
-	// unconfirmed are the batches applied here alone because their publication
-	// failed: published again at each flush until one succeeds (their IDs keep them
-	// from counting twice anywhere), and applied again over a snapshot that lacks them.
-	unconfirmed []Batch
+	// pending are the batches applied here alone because their publication failed:
+	// published again at each flush until one succeeds (their IDs keep them from
+	// counting twice anywhere), and applied again over a snapshot that lacks them.
+	pending []PendingBatch
 }
 
 // FlushVia is Flush for a replica that pools its signals: it publishes the hits and
@@ -143,59 +160,55 @@ type poolState struct {
 // holds after this store's cursor, this replica's own included, each as of the time
 // the pool stamped it. A store that has read nothing from the pool yet (a new
 // replica, or one whose saved state predates pooling) starts from the pool's snapshot,
-// if it keeps one, and so does one whose place in the pool was trimmed away.
+// if it keeps one, and so does one whose place in the pool was trimmed away; until
+// that snapshot could be looked at, it reads nothing.
 //
 // If the batch cannot be published, it is applied here alone, so that this replica
-// still counts its own hits, and published again at the next flushes. The error
-// returned says what went wrong (ErrUnreachable, ErrMissed, ErrSnapshot,
-// ErrUnreadable); the flush goes as far as it can. Calls are serialised; Flush must
-// not be used on a pooled store.
+// still counts its own hits, and published again at the next flushes, after reading
+// what the pool holds: a batch that reached the pool although its reply was lost is
+// found there rather than published twice. The error returned says what went wrong
+// (ErrUnreachable, ErrMissed, ErrSnapshot, ErrUnreadable); the flush goes as far as it
+// can. Calls are serialised; Flush must not be used on a pooled store.
 func (s *Store) FlushVia(ctx context.Context, p Pool) error {
 	s.poolMu.Lock()
 	defer s.poolMu.Unlock()
 	defer s.flushed()
 
+	s.flushMu.Lock()
+	b := s.drain()
+	s.flushMu.Unlock()
+	if !b.empty() {
+		s.pool.published++
+		b.ID = fmt.Sprintf("%s.%d", s.pool.replica, s.pool.published)
+	}
+
 	var errs []error
-	if err := s.publish(ctx, p); err != nil {
+	if !s.pool.loaded {
+		if s.pool.cursor != "" {
+			s.pool.loaded = true // resumed from a saved place: reads on from it
+		} else if err := s.loadSnapshot(ctx, p); err == nil || errors.Is(err, ErrUnreadable) {
+			s.pool.loaded = true // none, or one that was dropped: the next offer replaces it
+			if err != nil {
+				errs = append(errs, err)
+			}
+		} else {
+			errs = append(errs, err)
+		}
+	}
+	if s.pool.loaded && s.unpublished() > 0 {
+		if err := s.read(ctx, p, &errs); err != nil {
+			s.keepPending(b)
+			return errors.Join(append(errs, err)...)
+		}
+	}
+	if err := s.publish(ctx, p, b); err != nil {
 		errs = append(errs, err)
 	}
 	if !s.pool.loaded {
-		s.pool.loaded = true
-		if s.pool.cursor == "" {
-			if err := s.loadSnapshot(ctx, p); err != nil {
-				errs = append(errs, err)
-			}
-		}
+		return errors.Join(errs...)
 	}
-	for {
-		batches, trimmed, err := p.Read(ctx, s.pool.cursor, readPage)
-		if err == nil && trimmed {
-			// Batches this store never applied are gone: the snapshot may have them.
-			cursor := s.pool.cursor
-			if err := s.loadSnapshot(ctx, p); err != nil {
-				errs = append(errs, err)
-			}
-			if s.pool.cursor != cursor {
-				batches, trimmed, err = p.Read(ctx, s.pool.cursor, readPage)
-			}
-			if err == nil && trimmed {
-				errs = append(errs, fmt.Errorf("%w (read after %q)", ErrMissed, s.pool.cursor))
-			}
-		}
-		if err != nil {
-			return errors.Join(append(errs, fmt.Errorf("%w: read: %w", ErrUnreachable, err))...)
-		}
-		s.flushMu.Lock()
-		for _, pb := range batches {
-			if pb.Err != nil {
-				errs = append(errs, fmt.Errorf("%w: %w", ErrUnreadable, pb.Err))
-			}
-			s.applyPooled(pb)
-		}
-		s.flushMu.Unlock()
-		if len(batches) < readPage {
-			break
-		}
+	if err := s.read(ctx, p, &errs); err != nil {
+		return errors.Join(append(errs, err)...)
 	}
 	if err := s.offerSnapshot(ctx, p); err != nil {
 		errs = append(errs, fmt.Errorf("%w: offer: %w", ErrSnapshot, err))
@@ -203,46 +216,106 @@ func (s *Store) FlushVia(ctx context.Context, p Pool) error {
 	return errors.Join(errs...)
 }
 
-// publish publishes the batches that failed to publish before, then the hits and
-// curations recorded since the last flush. A batch that fails is applied here alone
-// (if new) and kept to try again. Called under poolMu.
-func (s *Store) publish(ctx context.Context, p Pool) error {
-	s.flushMu.Lock()
-	b := s.drain()
-	s.flushMu.Unlock()
-	queue := s.pool.unconfirmed
-	if !b.empty() {
-		s.pool.published++
-		b.ID = fmt.Sprintf("%s.%d", s.pool.replica, s.pool.published)
-		queue = append(queue, b)
-	}
-	s.pool.unconfirmed = nil
-	for i, q := range queue {
-		err := p.Publish(ctx, q)
-		if err == nil {
-			if q.ID != b.ID {
-				// Applied here already: when it is read back, its ID must still be seen,
-				// however long the pool was away.
-				s.flushMu.Lock()
-				s.seen["b:"+q.ID] = s.latestAt()
-				s.flushMu.Unlock()
+// read applies every batch the pool holds after the cursor. What it passes by or
+// misses is added to errs; the error returned says the pool could not be read. Called
+// under poolMu.
+func (s *Store) read(ctx context.Context, p Pool, errs *[]error) error {
+	for {
+		batches, trimmed, err := p.Read(ctx, s.pool.cursor, readPage)
+		if err == nil && trimmed {
+			// Batches this store never applied are gone: the snapshot may have them.
+			cursor := s.pool.cursor
+			if err := s.loadSnapshot(ctx, p); err != nil {
+				*errs = append(*errs, err)
 			}
+			if s.pool.cursor != cursor {
+				batches, trimmed, err = p.Read(ctx, s.pool.cursor, readPage)
+			}
+			if err == nil && trimmed {
+				*errs = append(*errs, fmt.Errorf("%w (read after %q)", ErrMissed, s.pool.cursor))
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%w: read: %w", ErrUnreachable, err)
+		}
+		s.flushMu.Lock()
+		for _, pb := range batches {
+			if pb.Err != nil {
+				*errs = append(*errs, fmt.Errorf("%w: %w", ErrUnreadable, pb.Err))
+			}
+			s.applyPooled(pb)
+		}
+		s.flushMu.Unlock()
+		if len(batches) < readPage {
+			return nil
+		}
+	}
+}
+
+// unpublished counts the pending batches still to publish. Called under poolMu.
+func (s *Store) unpublished() int {
+	n := 0
+	for _, pb := range s.pool.pending {
+		if !pb.Published {
+			n++
+		}
+	}
+	return n
+}
+
+// publish publishes the pending batches still to publish, then b. A batch that fails
+// stops the rest: b is then applied here alone (if not empty) and kept to try again.
+// Called under poolMu.
+func (s *Store) publish(ctx context.Context, p Pool, b Batch) error {
+	for i := range s.pool.pending {
+		q := &s.pool.pending[i]
+		if q.Published {
 			continue
 		}
-		s.pool.unconfirmed = queue[i:]
-		if last := queue[len(queue)-1]; last.ID == b.ID {
-			// Should the batch have reached the pool after all, its ID, seen here now,
-			// keeps it from counting twice when it is read back.
-			s.flushMu.Lock()
-			s.apply(b, s.latestAt())
-			s.flushMu.Unlock()
+		if err := p.Publish(ctx, q.Batch); err != nil {
+			s.keepPending(b)
+			return fmt.Errorf("%w: publish %s (applied here only, to be published again): %w", ErrUnreachable, describe(q.Batch), err)
 		}
-		if n := len(s.pool.unconfirmed); n > maxUnconfirmed {
-			s.pool.unconfirmed = s.pool.unconfirmed[n-maxUnconfirmed:]
-		}
+		q.Published = true
+		// Applied here already: when it is read back, its ID must still be seen,
+		// however long the pool was away.
+		s.flushMu.Lock()
+		s.seen["b:"+q.ID] = s.latestAt()
+		s.flushMu.Unlock()
+	}
+	if b.empty() {
+		return nil
+	}
+	if err := p.Publish(ctx, b); err != nil {
+		s.keepPending(b)
 		return fmt.Errorf("%w: publish %s (applied here only, to be published again): %w", ErrUnreachable, describe(b), err)
 	}
 	return nil
+}
+
+// keepPending applies b here alone and keeps it to publish again. Should b have reached
+// the pool after all, its ID, seen here now, keeps it from counting twice when it is
+// read back. Past maxPending batches or maxPendingPaths paths, the oldest are dropped,
+// and their IDs with them. Called under poolMu.
+func (s *Store) keepPending(b Batch) {
+	if b.empty() {
+		return
+	}
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	s.apply(b, s.latestAt())
+	s.pool.pending = append(s.pool.pending, PendingBatch{Batch: b})
+	paths := 0
+	for _, pb := range s.pool.pending {
+		paths += len(pb.Hits) + len(pb.Curations) + len(pb.Edits)
+	}
+	drop := 0
+	for ; drop < len(s.pool.pending)-1 && (len(s.pool.pending)-drop > maxPending || paths > maxPendingPaths); drop++ {
+		old := s.pool.pending[drop]
+		paths -= len(old.Hits) + len(old.Curations) + len(old.Edits)
+		delete(s.seen, "b:"+old.ID)
+	}
+	s.pool.pending = slices.Delete(s.pool.pending, 0, drop)
 }
 
 // latestAt is the time to stamp what this store applies on its own: the pool's time
@@ -260,22 +333,10 @@ func (s *Store) applyPooled(pb Pooled) {
 	s.forgetSeen(pb.At)
 	s.apply(pb.Batch, pb.At)
 	s.pool.cursor, s.pool.cursorAt = pb.ID, pb.At
-	if len(s.pool.unconfirmed) > 0 && pb.ID != "" {
-		// One of this store's own, published after all: no need to again.
-		s.pool.unconfirmed = removeID(s.pool.unconfirmed, pb.Batch.ID)
+	if id := pb.Batch.ID; id != "" {
+		// One of this store's own, in the pool after all: no need to publish or keep it.
+		s.pool.pending = slices.DeleteFunc(s.pool.pending, func(q PendingBatch) bool { return q.ID == id })
 	}
-}
-
-func removeID(bs []Batch, id string) []Batch {
-	if id == "" {
-		return bs
-	}
-	for i, b := range bs {
-		if b.ID == id {
-			return append(bs[:i:i], bs[i+1:]...)
-		}
-	}
-	return bs
 }
 
 // offerSnapshot offers the pool this store's snapshot when the pool keeps none it can
@@ -297,7 +358,7 @@ func (s *Store) offerSnapshot(ctx context.Context, p Pool) error {
 	if now.Before(s.pool.retryOffer) {
 		return nil
 	}
-	if err := p.SaveSnapshot(ctx, s.pool.cursor, s.State); err != nil {
+	if err := p.SaveSnapshot(ctx, s.pool.cursor, s.learned); err != nil {
 		// A snapshot is a whole knowledge base's records: not built again every flush.
 		s.pool.retryOffer = now.Add(offerRetry)
 		return err
@@ -307,8 +368,10 @@ func (s *Store) offerSnapshot(ctx context.Context, p Pool) error {
 
 // loadSnapshot resumes from the pool's snapshot if it is later than this store's
 // cursor: a store that has read nothing from the pool starts from it, and so does one
-// that finds batches after its cursor trimmed. Batches this store applied alone and
-// the snapshot lacks are applied again over it. Called under poolMu.
+// that finds batches after its cursor trimmed. What the store had applied is replaced,
+// what it had seen too (or an edit it applied alone would be skipped when applied again
+// over the snapshot); its own batches the snapshot lacks are applied again over it.
+// Called under poolMu.
 func (s *Store) loadSnapshot(ctx context.Context, p Pool) error {
 	snap, ok, err := p.LoadSnapshot(ctx, s.pool.cursor)
 	if err != nil {
@@ -319,42 +382,65 @@ func (s *Store) loadSnapshot(ctx context.Context, p Pool) error {
 	}
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
-	own := map[string]time.Time{}
-	for _, b := range s.pool.unconfirmed {
-		if _, in := snap.Seen["b:"+b.ID]; !in {
-			own[b.ID] = s.seen["b:"+b.ID]
-		}
+	at := make(map[string]time.Time, len(s.pool.pending))
+	for _, b := range s.pool.pending {
+		at[b.ID] = s.seen["b:"+b.ID]
 	}
+	clear(s.seen)
 	s.resumeLocked(snap)
-	for _, b := range s.pool.unconfirmed {
-		if at, lacked := own[b.ID]; lacked {
-			delete(s.seen, "b:"+b.ID)
-			s.apply(b, at)
+	// A store that read on from the snapshot's cursor would have pruned what it had
+	// seen on that minute (forgetSeen): so does this one, and the two agree.
+	s.forgotAt = snap.At.Truncate(time.Minute)
+	kept := s.pool.pending[:0]
+	for _, b := range s.pool.pending {
+		if _, in := snap.Seen["b:"+b.ID]; !in {
+			s.apply(b.Batch, at[b.ID])
 		}
+		if !b.Published {
+			kept = append(kept, b)
+		}
+		// A published one is in the snapshot or applied again over it: read back
+		// later, its ID is seen.
 	}
+	clear(s.pool.pending[len(kept):])
+	s.pool.pending = kept
 	return nil
 }
 
-// State is what the store learned, with the cursor of the last pooled batch in it and
-// what it applied lately, read together: saved, the store resumes from it (Resume).
-func (s *Store) State() Snapshot {
+// learned is what the store learned, the cursor of the last pooled batch in it and
+// what it applied lately, read together: the snapshot it offers its pool. Called under
+// poolMu.
+func (s *Store) learned() Snapshot {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
 	return Snapshot{Cursor: s.pool.cursor, At: s.pool.cursorAt, Records: s.Snapshot(), Seen: maps.Clone(s.seen)}
 }
 
+// State is what the store learned (as its pool's snapshot) and its own batches the pool
+// has not confirmed yet: saved, the store resumes from it (Resume).
+func (s *Store) State() Snapshot {
+	s.poolMu.Lock()
+	defer s.poolMu.Unlock()
+	state := s.learned()
+	state.Pending = slices.Clone(s.pool.pending)
+	return state
+}
+
 // Resume restores a saved State: what was learned (as Restore), where the store had
 // read its pool to (a store with a cursor reads on from it, and starts from the pool's
-// snapshot only if batches after it were trimmed), and what it applied lately.
+// snapshot only if batches after it were trimmed), what it applied lately, and its
+// batches still to confirm.
 func (s *Store) Resume(state Snapshot) {
 	s.poolMu.Lock()
 	defer s.poolMu.Unlock()
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
 	s.resumeLocked(state)
+	s.forgotAt = state.At.Truncate(time.Minute)
+	s.pool.pending = slices.Clone(state.Pending)
 }
 
-// resumeLocked is Resume under poolMu and flushMu.
+// resumeLocked is Resume, bar the pending batches, under poolMu and flushMu.
 func (s *Store) resumeLocked(state Snapshot) {
 	s.restoreLocked(state.Records)
 	s.pool.cursor, s.pool.cursorAt = state.Cursor, state.At
@@ -372,15 +458,17 @@ func (s *Store) Cursor() string {
 }
 
 // TakeOver carries prev's state into s, which replaces it after a reload: what prev
-// learned (as Restore), where it had read its pool to, and the hits and curations it
-// recorded but did not flush, which s applies or publishes at its next flush. A flush
-// of prev that is under way when TakeOver runs may publish after it; s reads that batch
-// from the pool like any other.
+// learned (as Restore), where it had read its pool to, its batches the pool has not
+// confirmed, and the hits and curations it recorded but did not flush, which s
+// applies or publishes at its next flush. A flush of prev under way is waited for.
 func (s *Store) TakeOver(prev *Store) {
+	prev.poolMu.Lock()
 	prev.flushMu.Lock()
 	pending := prev.drain()
-	state := Snapshot{Cursor: prev.pool.cursor, At: prev.pool.cursorAt, Records: prev.Snapshot(), Seen: maps.Clone(prev.seen)}
+	state := Snapshot{Cursor: prev.pool.cursor, At: prev.pool.cursorAt, Records: prev.Snapshot(), Seen: maps.Clone(prev.seen), Pending: prev.pool.pending}
+	prev.pool.pending = nil
 	prev.flushMu.Unlock()
+	prev.poolMu.Unlock()
 
 	s.Resume(state)
 	s.flushMu.Lock()

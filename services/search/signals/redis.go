@@ -177,7 +177,7 @@ func (p *RedisPool) SaveSnapshot(ctx context.Context, cursor string, build func(
 
 // LoadSnapshot returns the pool's snapshot, if it keeps one later than after. One it
 // cannot read (another release's format, a hand edit) is dropped, unless another
-// replica replaced it meanwhile, and reported.
+// replica replaced it meanwhile, and reported as ErrUnreadable.
 func (p *RedisPool) LoadSnapshot(ctx context.Context, after string) (Snapshot, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, max(p.timeout, snapshotTimeout))
 	defer cancel()
@@ -197,7 +197,7 @@ func (p *RedisPool) LoadSnapshot(ctx context.Context, after string) (Snapshot, b
 		if derr := p.dropSnapshot(ctx, cursor); derr != nil {
 			return Snapshot{}, false, errors.Join(err, fmt.Errorf("drop it: %w", derr))
 		}
-		return Snapshot{}, false, fmt.Errorf("%w; dropped, for the next offer to replace", err)
+		return Snapshot{}, false, fmt.Errorf("%w: %w; dropped, for the next offer to replace", ErrUnreadable, err)
 	}
 	s.Cursor = cursor
 	ms, _ := splitID(cursor)

@@ -1,0 +1,230 @@
+package signals
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A replica that starts from the pool's snapshot replaces what it had seen with the
+// snapshot's: merged, the edit of a batch it had applied alone stayed seen, and
+// applying the batch again over the snapshot skipped the edit, lost to this replica.
+func TestAnEditAppliedAloneCountsOverTheSnapshot(t *testing.T) {
+	_, _, pool := redisPools(t)
+	a := replica()
+	pa := pool("kb")
+	a.RecordHits([]string{"a.md"})
+	flushVia(t, a, pa) // the pool keeps a snapshot
+	late, pl := replica(), pool("kb")
+	late.RecordEdit("c.md", "v1")
+	if err := late.FlushVia(context.Background(), publishFails{pl}); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("publishing failed: %v, want ErrUnreachable", err)
+	}
+	importanceIs(t, "the replica that could not publish", late, "a.md", 53)
+	importanceIs(t, "the replica that could not publish", late, "c.md", 55)
+	flushVia(t, late, pl)
+	flushVia(t, a, pa)
+	importanceIs(t, "the replica that could not publish", late, "c.md", 55)
+	importanceIs(t, "the other replica", a, "c.md", 55)
+}
+
+// A batch applied here alone and published again is kept until it is read back: the
+// same flush can find its place trimmed and resume from an older snapshot, which lacks
+// the batch, and the batch is then applied again over it (it had been dropped once
+// published, and its hits were lost on the replica that made them).
+func TestABatchRepublishedBeforeATrimStillCountsOnItsReplica(t *testing.T) {
+	_, client, pool := redisPools(t)
+	ctx := context.Background()
+	a, b := replica(), replica()
+	pa, pb := pool("kb"), pool("kb")
+	b.RecordHits([]string{"a.md"})
+	flushVia(t, b, pb) // offers the first snapshot
+	flushVia(t, a, pa) // a starts from it
+	a.RecordHits([]string{"b.md"})
+	if err := a.FlushVia(ctx, publishFails{pa}); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("publishing failed: %v, want ErrUnreachable", err)
+	}
+	importanceIs(t, "replica a, alone", a, "b.md", 53)
+	// a is away; b goes on and (a minute later) offers a newer snapshot; the stream is trimmed.
+	b.RecordHits([]string{"c.md"})
+	flushVia(t, b, pb)
+	if err := pb.SaveSnapshot(ctx, b.Cursor(), b.State); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.XTrimMaxLen(ctx, pa.stream, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	flushVia(t, a, pa) // publishes b.md's batch, finds its cursor trimmed, resumes from the snapshot
+	flushVia(t, b, pb)
+	for name, s := range map[string]*Store{"a": a, "b": b} {
+		importanceIs(t, "replica "+name, s, "a.md", 53)
+		importanceIs(t, "replica "+name, s, "b.md", 53)
+		importanceIs(t, "replica "+name, s, "c.md", 53)
+	}
+}
+
+// A reload (TakeOver) carries the batches waiting to be published again: left with
+// the replaced store, hits counted while the pool was unreachable never reached the
+// other replicas.
+func TestTakeOverKeepsBatchesToPublishAgain(t *testing.T) {
+	_, _, pool := redisPools(t)
+	a, b := replica(), replica()
+	pa, pb := pool("kb"), pool("kb")
+	flushVia(t, a, pa)
+	flushVia(t, b, pb)
+	a.RecordHits([]string{"b.md"})
+	if err := a.FlushVia(context.Background(), publishFails{pa}); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("publishing failed: %v, want ErrUnreachable", err)
+	}
+	next := replica()
+	next.TakeOver(a) // a reload while the pool is away
+	flushVia(t, next, pa)
+	flushVia(t, b, pb)
+	importanceIs(t, "the reloaded replica", next, "b.md", 53)
+	importanceIs(t, "the other replica", b, "b.md", 53)
+}
+
+// A replica back from a partition reads the pool before it publishes its batches
+// again: the one whose reply was lost is found there and not published twice. Published
+// again, it counted twice on the other replicas, which forget a batch's ID after
+// seenFor of pool time.
+func TestALostReplyCountsOnceOnTheOtherReplicasAfterALongPartition(t *testing.T) {
+	_, client, pool := redisPools(t)
+	ctx := context.Background()
+	a, off := skewed()
+	b := replica()
+	pa, pb := pool("kb"), pool("kb")
+	flushVia(t, b, pb)
+	a.RecordHits([]string{"b.md"})
+	// The partition starts while the publish is under way: the batch lands, its reply
+	// is lost, and the read that follows fails too.
+	if err := a.FlushVia(ctx, lostReplyReadFails{pa}); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("a lost reply: %v, want ErrUnreachable", err)
+	}
+	flushVia(t, b, pb)
+	importanceIs(t, "the other replica", b, "b.md", 53)
+
+	// a is cut off for twelve minutes; the other replicas go on publishing (an entry
+	// stamped by the pool's clock twelve minutes on stands for them).
+	off.Store(int64(12 * time.Minute))
+	last, err := client.XRevRangeN(ctx, pa.stream, "+", "-", 1).Result()
+	if err != nil || len(last) != 1 {
+		t.Fatal(last, err)
+	}
+	ms, _ := splitID(last[0].ID)
+	id := fmt.Sprintf("%d-0", int64(ms)+int64(12*time.Minute/time.Millisecond))
+	if err := client.XAdd(ctx, &redis.XAddArgs{Stream: pa.stream, ID: id,
+		Values: []string{"b", `{"id":"other.1","h":{"c.md":1}}`, "p", last[0].ID}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	flushVia(t, b, pb)
+	flushVia(t, a, pa) // back: reads first, and finds its batch there
+	flushVia(t, b, pb)
+	importanceIs(t, "the replica whose reply was lost", a, "b.md", 53)
+	importanceIs(t, "the other replica", b, "b.md", 53)
+}
+
+// lostReplyReadFails is a pool cut off while a publish is under way: the batch lands,
+// its reply is lost, and reads fail.
+type lostReplyReadFails struct{ *RedisPool }
+
+func (p lostReplyReadFails) Publish(ctx context.Context, b Batch) error {
+	return lostReply(p).Publish(ctx, b)
+}
+
+func (lostReplyReadFails) Read(context.Context, string, int) ([]Pooled, bool, error) {
+	return nil, false, errors.New("dial tcp: i/o timeout")
+}
+
+// loadFailsOnce is a pool whose first LoadSnapshot fails (a timeout on a big snapshot,
+// a blip at start).
+type loadFailsOnce struct {
+	*RedisPool
+	failed *bool
+}
+
+func (p loadFailsOnce) LoadSnapshot(ctx context.Context, after string) (Snapshot, bool, error) {
+	if !*p.failed {
+		*p.failed = true
+		return Snapshot{}, false, errors.New("i/o timeout")
+	}
+	return p.RedisPool.LoadSnapshot(ctx, after)
+}
+
+// A new replica whose first look at the pool's snapshot fails looks again at the next
+// flush, and reads nothing until then. It had read on from the start instead: after a
+// Redis restarted empty, whose new stream lacks nothing, no trim sent it back to the
+// snapshot, and it missed what was learned before the restart for good.
+func TestAFailedFirstSnapshotLoadIsRetried(t *testing.T) {
+	srv, client, pool := redisPools(t)
+	a := replica()
+	pa := pool("kb")
+	a.RecordHits([]string{"a.md"})
+	flushVia(t, a, pa)
+	restartEmpty(t, srv, client)
+	flushVia(t, a, pa) // offers its snapshot to the emptied pool
+	late, pl := replica(), pool("kb")
+	failed := false
+	if err := late.FlushVia(context.Background(), loadFailsOnce{pl, &failed}); !errors.Is(err, ErrSnapshot) {
+		t.Fatalf("first load failed: %v, want ErrSnapshot", err)
+	}
+	a.RecordHits([]string{"b.md"})
+	flushVia(t, a, pa)
+	flushVia(t, late, pl)
+	flushVia(t, late, pl)
+	importanceIs(t, "the replica whose first load failed", late, "a.md", 53)
+	importanceIs(t, "the replica whose first load failed", late, "b.md", 53)
+}
+
+type allFails struct{ *RedisPool }
+
+func (allFails) Publish(context.Context, Batch) error { return errors.New("dial tcp: i/o timeout") }
+func (allFails) Read(context.Context, string, int) ([]Pooled, bool, error) {
+	return nil, false, errors.New("dial tcp: i/o timeout")
+}
+
+// While the pool is down every flush applies a batch alone and remembers its ID, which
+// forgetSeen prunes only as batches are read: the IDs of batches dropped from the
+// queue to publish again (maxPending) are forgotten with them, so what is seen (and
+// saved to signals.json at every flush) stays bounded.
+func TestSeenIsBoundedWhileThePoolIsDown(t *testing.T) {
+	_, _, pool := redisPools(t)
+	a, off := skewed()
+	pa := pool("kb")
+	flushVia(t, a, pa)
+	for i := range 2000 {
+		off.Store(int64(time.Duration(i) * time.Second))
+		a.RecordHits([]string{"a.md"})
+		_ = a.FlushVia(context.Background(), allFails{pa})
+	}
+	if n, u := len(a.State().Seen), len(a.pool.pending); n > 2*maxPending || u != maxPending {
+		t.Errorf("after 2000 flushes (33 minutes) with the pool down: %d IDs in seen, %d batches kept to publish (want %d)", n, u, maxPending)
+	}
+
+	// And the paths they hold are bounded too: a busy replica's batch can name tens of
+	// thousands of files.
+	cfg := DefaultConfig()
+	cfg.MaxPendingPaths = 4 * maxPendingPaths // a batch of maxPendingPaths/2 fits
+	b, pb := New(cfg, time.Now), pool("kb")
+	flushVia(t, b, pb)
+	for i := range 3 {
+		for j := 0; j < maxPendingPaths/2; j += 500 {
+			paths := make([]string, 0, 500)
+			for k := range cap(paths) {
+				paths = append(paths, fmt.Sprintf("f%d/%d.md", i, j+k))
+			}
+			b.RecordHits(paths)
+		}
+		_ = b.FlushVia(context.Background(), allFails{pb})
+	}
+	if d := b.Dropped(); d != 0 {
+		t.Fatalf("%d hits dropped while recording", d)
+	}
+	if n := len(b.pool.pending); n != 2 {
+		t.Errorf("batches of %d paths each kept: %d, want 2 (at most %d paths)", maxPendingPaths/2, n, maxPendingPaths)
+	}
+}
