@@ -59,7 +59,9 @@ func (p *RedisPool) Publish(ctx context.Context, b Batch) error {
 // were trimmed unless the first entry left is the one that followed it (each entry
 // names the one before it) or the stream's first ever (Redis restarted without
 // persistence: what was lost with it is not known, and the new stream lost nothing), or,
-// with the stream empty, unless the cursor was the last entry.
+// with the stream empty, unless the cursor was the last entry. A cursor past every id
+// the stream ever gave names an older stream (Redis restarted empty on a clock behind
+// the old one's): the stream is read from its start.
 func (p *RedisPool) Read(ctx context.Context, cursor string, max int) ([]Pooled, bool, error) {
 	if !streamID.MatchString(cursor) {
 		// "" reads from the start, and so does a cursor that is no stream id (a hand
@@ -284,6 +286,11 @@ if info.err then return {0, {}} end
 local f = {}
 for i = 1, #info, 2 do f[info[i]] = info[i + 1] end
 local cursor = ARGV[1]
+if before(f['last-generated-id'], cursor) then
+  -- No entry of this stream reached the cursor: it names an older stream (Redis
+  -- restarted empty, on a clock behind the old one's). Read this one from its start.
+  cursor = '0-0'
+end
 local trimmed = 0
 if cursor == '0-0' or #redis.call('XRANGE', KEYS[1], cursor, cursor) == 0 then
   local first = f['first-entry']
