@@ -97,13 +97,19 @@ func TestEveryTierAnswersOverGRPC(t *testing.T) {
 	if fuzzy.Tier != quarryv1.Tier_TIER_FUZZY_CACHE || fuzzy.OriginTier != quarryv1.Tier_TIER_DIRECT {
 		t.Errorf("reordered question: tier %v origin %v, want FUZZY_CACHE of DIRECT; cache trace %v", fuzzy.Tier, fuzzy.OriginTier, fuzzy.GetExplain().GetCache())
 	}
+	// A cached answer is served to whoever asks it again, in their words: it must not
+	// quote the first caller's question (the demo's T1 answered "JWT signing key: how do
+	// I rotate it?" with "1 document … answers “How do I rotate the JWT signing key?”").
+	if strings.Contains(fuzzy.Answer, "How do I rotate the JWT signing key") {
+		t.Errorf("the fuzzy-cache answer quotes the question it was computed for:\n%s", fuzzy.Answer)
+	}
 
 	ood := ask(t, c, "platform", "How do I rotate Kafka consumer credentials?", true)
 	if ood.Tier != quarryv1.Tier_TIER_OUT_OF_DOMAIN {
 		t.Errorf("Kafka question: tier %v, want OUT_OF_DOMAIN; gate %v", ood.Tier, ood.GetExplain().GetGate())
 	}
-	if !strings.Contains(ood.Answer, "not covered") {
-		t.Errorf("OOD answer %q", ood.Answer)
+	if !strings.Contains(ood.Answer, "not covered") || strings.Contains(ood.Answer, "Kafka consumer credentials") {
+		t.Errorf("OOD answer %q: want \"not covered\", and not the question (it is cached for others)", ood.Answer)
 	}
 	oodAgain := ask(t, c, "platform", "How do I rotate Kafka consumer credentials?", false)
 	if oodAgain.Tier != quarryv1.Tier_TIER_EXACT_CACHE || oodAgain.OriginTier != quarryv1.Tier_TIER_OUT_OF_DOMAIN {

@@ -68,12 +68,13 @@ const truncatedMarker = "…(truncated)"
 
 // Direct returns the T2 answer (SPEC §2 "T2 direct answer"): Summary, Details (each
 // document's content under its title, at most cfg.MaxDocs documents of cfg.MaxDocChars
-// characters), Sources and Gaps (see Gaps).
-func Direct(query string, docs []*tree.Document, gaps []string, cfg Config) string {
+// characters), Sources and Gaps (see Gaps). It does not quote the question: the answer
+// is cached and served to whoever asks it again, in their own words (T0, T1).
+func Direct(docs []*tree.Document, gaps []string, cfg Config) string {
 	docs = docs[:min(len(docs), cfg.MaxDocs)]
 	var b strings.Builder
 	b.WriteString("## Summary\n\n")
-	fmt.Fprintf(&b, "%s in the knowledge base %s %s.\n\n", text.Count(len(docs), "document", "documents"), verb(len(docs), "answers", "answer"), quote(query))
+	fmt.Fprintf(&b, "%s in the knowledge base %s the question.\n\n", text.Count(len(docs), "document", "documents"), verb(len(docs), "answers", "answer"))
 	b.WriteString("## Details\n\n")
 	for i, d := range docs {
 		if i > 0 {
@@ -94,15 +95,13 @@ func Direct(query string, docs []*tree.Document, gaps []string, cfg Config) stri
 	return b.String()
 }
 
-// OutOfDomain returns the answer to a question the knowledge base does not cover.
-func OutOfDomain(query string) string {
-	var b strings.Builder
-	b.WriteString("This topic is not covered in the knowledge base.\n\n")
-	fmt.Fprintf(&b, "Nothing in it answers %s. Curate the knowledge first: add a markdown file "+
-		"about this topic to the tree (for example `<domain>/<topic>/<name>.md` with a title and the facts). "+
-		"The change starts a new generation of the knowledge base, so asking again then answers from the new file.\n",
-		quote(query))
-	return b.String()
+// OutOfDomain returns the answer to a question the knowledge base does not cover. Like
+// Direct's, it is cached for whoever asks again, so it does not quote the question.
+func OutOfDomain() string {
+	return "This topic is not covered in the knowledge base.\n\n" +
+		"Nothing in it answers the question. Curate the knowledge first: add a markdown file " +
+		"about this topic to the tree (for example `<domain>/<topic>/<name>.md` with a title and the facts). " +
+		"The change starts a new generation of the knowledge base, so asking again then answers from the new file.\n"
 }
 
 // Extractive returns the degraded answer for a question routed to an LLM when no LLM can

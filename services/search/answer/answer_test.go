@@ -54,33 +54,31 @@ func TestDirectGolden(t *testing.T) {
 	long := &tree.Document{Path: "ops/runbook.md", Title: "Runbook", Content: strings.Repeat("Restart the pod. ", 3) + "ünïcödé\n```sh\nkubectl rollout restart deploy/api\n```\n"}
 	tests := []struct {
 		name   string
-		query  string
 		docs   []*tree.Document
 		gaps   []string
 		cfg    func(*Config)
 		golden string
 	}{
-		{"one document, no gaps", "How do I rotate refresh tokens?", []*tree.Document{rotation}, nil,
+		{"one document, no gaps", []*tree.Document{rotation}, nil,
 			func(*Config) {}, "direct_one.golden"},
-		{"two documents with gaps, headings demoted", "refresh token rotation with\n vault   and terraform",
-			[]*tree.Document{rotation, signing, untitled}, []string{"terraform"}, func(*Config) {}, "direct_gaps.golden"},
-		{"content truncated on a rune boundary", "runbook", []*tree.Document{long}, nil,
+		{"two documents with gaps, headings demoted", []*tree.Document{rotation, signing, untitled}, []string{"terraform"}, func(*Config) {}, "direct_gaps.golden"},
+		{"content truncated on a rune boundary", []*tree.Document{long}, nil,
 			func(c *Config) { c.MaxDocChars = 80 }, "direct_truncated.golden"},
-		{"at most MaxDocs documents", "keys", []*tree.Document{signing, rotation}, nil,
+		{"at most MaxDocs documents", []*tree.Document{signing, rotation}, nil,
 			func(c *Config) { c.MaxDocs = 1 }, "direct_max_docs.golden"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			tc.cfg(&cfg)
-			golden(t, tc.golden, Direct(tc.query, tc.docs, tc.gaps, cfg))
+			golden(t, tc.golden, Direct(tc.docs, tc.gaps, cfg))
 		})
 	}
 }
 
 func TestDirectStructure(t *testing.T) {
 	docs := []*tree.Document{rotation, signing}
-	got := Direct("rotate refresh tokens", docs, nil, DefaultConfig())
+	got := Direct(docs, nil, DefaultConfig())
 	sections := []string{"## Summary\n", "## Details\n", "## Sources\n", "## Gaps\n"}
 	last := -1
 	for _, s := range sections {
@@ -126,7 +124,7 @@ func TestDirectKeepsTheAnswerSections(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			doc := &tree.Document{Path: "notes/doc.md", Title: "Doc", Content: tc.content}
-			got := Direct("q", []*tree.Document{doc}, nil, DefaultConfig())
+			got := Direct([]*tree.Document{doc}, nil, DefaultConfig())
 			for _, w := range tc.want {
 				if !strings.Contains(got, w) {
 					t.Errorf("answer lacks %q:\n%s", w, got)
@@ -148,12 +146,12 @@ func TestDirectTruncatesTheDocumentNotTheDemotion(t *testing.T) {
 	content := "# Part one\n\nalpha beta\n\n## Part two\n\ngamma delta END"
 	cfg := DefaultConfig()
 	cfg.MaxDocChars = utf8.RuneCountInString(content)
-	got := Direct("q", []*tree.Document{{Path: "a.md", Title: "A", Content: content}}, nil, cfg)
+	got := Direct([]*tree.Document{{Path: "a.md", Title: "A", Content: content}}, nil, cfg)
 	if strings.Contains(got, truncatedMarker) || !strings.Contains(got, "gamma delta END") {
 		t.Fatalf("a document of exactly MaxDocChars (%d) was truncated:\n%s", cfg.MaxDocChars, got)
 	}
 	cfg.MaxDocChars--
-	got = Direct("q", []*tree.Document{{Path: "a.md", Title: "A", Content: content}}, nil, cfg)
+	got = Direct([]*tree.Document{{Path: "a.md", Title: "A", Content: content}}, nil, cfg)
 	if !strings.Contains(got, "gamma delta EN\n\n"+truncatedMarker) {
 		t.Fatalf("a document one character over MaxDocChars was not cut at the cap:\n%s", got)
 	}
@@ -238,7 +236,7 @@ func TestTruncate(t *testing.T) {
 }
 
 func TestOutOfDomainGolden(t *testing.T) {
-	got := OutOfDomain("How do I configure   Terraform\nworkspaces?")
+	got := OutOfDomain()
 	if !strings.HasPrefix(got, "This topic is not covered in the knowledge base.") {
 		t.Fatalf("answer does not open with the SPEC sentence:\n%s", got)
 	}

@@ -295,7 +295,7 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 	res.Trace.OODRule = rule
 	if ood {
 		res.Route = gate.OutOfDomain
-		res.Answer = answer.OutOfDomain(q)
+		res.Answer = answer.OutOfDomain()
 		// Kept for the explain trace only: an out-of-domain answer has no sources.
 		res.Results = ranked[:min(len(ranked), r.cfg.MaxSources)]
 		clock.stage(&res.Stages, "gate", "out of domain: "+rule, func() []attribute.KeyValue {
@@ -330,7 +330,7 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 	case gate.Direct:
 		// Gaps of the words parsed, not of q: the words parse set aside (an opener,
 		// politeness, the scope, the user's data) name nothing the answer could cover.
-		res.Answer = answer.Direct(q, docs, answer.Gaps(pq.oodTerms, docs, k.Corpus.Contains), r.cfg.Answer)
+		res.Answer = answer.Direct(docs, answer.Gaps(pq.oodTerms, docs, k.Corpus.Contains), r.cfg.Answer)
 	default:
 		res.Prefetched = docs
 		res.FallbackDegraded = true
