@@ -137,3 +137,53 @@ func TestAKnowledgeBaseMountedFromAConfigMap(t *testing.T) {
 		})
 	}
 }
+
+// A volume's "..data" link re-pointed out of its folder (the rename the kubelet does,
+// by whoever can write the folder) is not followed: the root "<folder>/..data" is
+// opened through the folder every time, not only at the first load, so the watcher's
+// and the rescans' reads, writes and reloads find nothing outside it.
+func TestAVolumesDataLinkNeverLeadsOutOfItsFolder(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		start func(*testing.T, *kb.Registry)
+	}{
+		{"watcher", watch},
+		{"rescan", func(t *testing.T, reg *kb.Registry) { poll(t, reg, 50*time.Millisecond) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := defaultConfig(t)
+			cfg.Write.WatchDebounce = 20 * time.Millisecond
+			reg := newRegistry(t, cfg)
+			vol := newAtomicVolume(t, map[string]string{"pager.md": "# Pager\n\nThe pager rotates weekly.\n"})
+			outside := writeTree(t, map[string]string{"secret.md": "# Secret\n\nNot part of the knowledge base.\n"})
+			k := load(t, reg, "team", vol.dir)
+			if docPaths(k) != "pager.md" {
+				t.Fatalf("loaded %q", docPaths(k))
+			}
+			tc.start(t, reg)
+			ch, stop := reg.Watch()
+			defer stop()
+			recv(t, ch)
+
+			// "..data" is re-pointed out of the folder (the same rename the kubelet does).
+			tmp := filepath.Join(vol.dir, "..data_tmp")
+			if err := os.Symlink(outside, tmp); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, filepath.Join(vol.dir, "..data")); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.After(time.Second) // many rescans and debounces
+			for {
+				if k, _ := reg.Get("team"); strings.Contains(docPaths(k), "secret.md") {
+					t.Fatalf("a file outside the folder was indexed: %q (root %s)", docPaths(k), k.Tree.Root)
+				}
+				select {
+				case <-ch:
+				case <-deadline:
+					return
+				}
+			}
+		})
+	}
+}

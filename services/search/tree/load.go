@@ -52,7 +52,7 @@ func Load(ctx context.Context, root string, cfg Config, log *slog.Logger) (*Tree
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r, err := os.OpenRoot(root)
+	r, err := openRoot(root)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", root, err)
 	}
@@ -92,6 +92,24 @@ func rootName(root string) string {
 // writes a new folder and renames a new link over this one, so reading through it sees
 // one version or the next, never a mix.
 const volumeDataLink = "..data"
+
+// openRoot opens a tree's root folder. A root that is a volume's data link
+// ("<folder>/..data", as Load names it) is opened through its folder every time, so
+// that the link, however the folder's writer re-points it, never leads out of it.
+func openRoot(root string) (*os.Root, error) {
+	if !isVolumeData(root) {
+		return os.OpenRoot(root)
+	}
+	folder, err := os.OpenRoot(filepath.Dir(root))
+	if err != nil {
+		return nil, err
+	}
+	defer folder.Close()
+	return folder.OpenRoot(volumeDataLink)
+}
+
+// isVolumeData reports whether root names a volume's data link.
+func isVolumeData(root string) bool { return filepath.Base(root) == volumeDataLink }
 
 // volumeData opens the folder a Kubernetes volume's data link names when r is such a
 // volume, since its visible names are links, which are never followed. The link is
@@ -287,7 +305,7 @@ func ReadFiles(ctx context.Context, root string, cfg Config) ([]File, []Skip, er
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("read %s: %w", root, err)
 	}
-	r, err := os.OpenRoot(root)
+	r, err := openRoot(root)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read %s: %w", root, err)
 	}

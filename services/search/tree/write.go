@@ -187,12 +187,15 @@ type Dir struct {
 	onSync func(folder string)
 }
 
-// OpenDir opens a tree's folder for writing, creating it if needed.
+// OpenDir opens a tree's folder for writing, creating it if needed (but not a
+// Kubernetes volume's data link, which only the kubelet makes).
 func OpenDir(dir string) (*Dir, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("open %s: %w", dir, writeErr(err))
+	if !isVolumeData(dir) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("open %s: %w", dir, writeErr(err))
+		}
 	}
-	r, err := os.OpenRoot(dir)
+	r, err := openRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}
@@ -202,7 +205,7 @@ func OpenDir(dir string) (*Dir, error) {
 // OpenExisting opens a tree's folder that must exist, for reading: a read must not
 // create the folder of a knowledge base that was removed.
 func OpenExisting(dir string) (*Dir, error) {
-	r, err := os.OpenRoot(dir)
+	r, err := openRoot(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("open %s: %w: the folder is gone", dir, ErrNotFound)
 	}
