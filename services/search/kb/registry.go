@@ -281,6 +281,16 @@ func (r *Registry) loadLocked(ctx context.Context, id, dir string) (*KB, error) 
 		}
 	}
 
+	if r.pools != nil {
+		// A flush under way may wait on the pool for seconds: wait for it here, not
+		// under r.mu, which every query takes (loadMu keeps the KB from changing).
+		r.mu.RLock()
+		old := r.kbs[id]
+		r.mu.RUnlock()
+		if old != nil {
+			old.Signals.Retire()
+		}
+	}
 	r.mu.Lock()
 	prev := r.kbs[id]
 	if prev != nil {

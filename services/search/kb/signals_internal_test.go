@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -206,9 +207,9 @@ type downPool struct {
 
 var errPartition = errors.New("dial tcp: i/o timeout")
 
-func (p downPool) Publish(ctx context.Context, b signals.Batch) error {
+func (p downPool) Publish(ctx context.Context, b signals.Batch) (string, error) {
 	if p.down.Load() {
-		return errPartition
+		return "", errPartition
 	}
 	return p.Pool.Publish(ctx, b)
 }
@@ -273,5 +274,89 @@ func TestHitsCountedWhileThePoolWasAwayOutliveARestart(t *testing.T) {
 		if got := reg.kbs["docs"].Signals.Get("a.md").Importance; math.Abs(got-(seeded+3)) > 1e-3 {
 			t.Errorf("%s: a.md importance %.3f, want %.3f (one hit)", name, got, seeded+3)
 		}
+	}
+}
+
+// stallPool is a signals pool whose Read hangs (a slow or black-holed Redis, up to
+// -redis-timeout, or a 10 s snapshot transfer) until released.
+type stallPool struct {
+	entered chan struct{}
+	release chan struct{}
+	once    *sync.Once
+}
+
+func (stallPool) Publish(context.Context, signals.Batch) (string, error) { return "1-0", nil }
+func (p stallPool) Read(ctx context.Context, _ string, _ int) ([]signals.Pooled, bool, error) {
+	p.once.Do(func() { close(p.entered) })
+	select {
+	case <-p.release:
+	case <-ctx.Done():
+	}
+	return nil, false, nil
+}
+func (stallPool) SnapshotAt(context.Context) (time.Time, bool, error) { return time.Time{}, true, nil }
+func (stallPool) SaveSnapshot(context.Context, string, func() signals.Snapshot) error {
+	return nil
+}
+func (stallPool) LoadSnapshot(context.Context, string) (signals.Snapshot, bool, error) {
+	return signals.Snapshot{}, false, nil
+}
+
+// TakeOver waits for a flush of the store it replaces, which holds its pool lock across
+// calls to Redis (up to -redis-timeout, 10 s for a snapshot): a reload waited there
+// holding r.mu, and every query of every knowledge base waited behind it. The old
+// store is retired first, before r.mu is taken.
+func TestAReloadDoesNotHoldQueriesWhileAFlushWaitsOnThePool(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "a.md"), []byte("# A\n\nText.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	var cfg Config
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	reg := NewRegistry(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t.Cleanup(reg.Close)
+	p := stallPool{entered: make(chan struct{}), release: make(chan struct{}), once: &sync.Once{}}
+	reg.PoolSignalsVia(func(string) signals.Pool { return p })
+	ctx := context.Background()
+	if _, err := reg.Load(ctx, "docs", root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Load(ctx, "other", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(p.release)
+		}
+	}
+	defer release()
+
+	var sv signalSaver
+	flushed := make(chan struct{})
+	go func() { defer close(flushed); sv.flush(ctx, reg) }()
+	<-p.entered // a flush is waiting on the pool, holding the store's poolMu
+
+	reloaded := make(chan error, 1)
+	go func() { _, err := reg.Load(ctx, "docs", root); reloaded <- err }()
+	// Give the reload time to reach the store's pool lock (before the fix, it waited
+	// there holding r.mu).
+	time.Sleep(200 * time.Millisecond)
+	got := make(chan error, 1)
+	go func() { _, err := reg.Get("other"); got <- err }()
+	select {
+	case <-got:
+	case <-time.After(time.Second):
+		t.Errorf("Get of another knowledge base blocked for 1s: a reload holds r.mu while TakeOver waits for a flush stalled on the pool")
+	}
+	release()
+	<-flushed
+	if err := <-reloaded; err != nil {
+		t.Fatal(err)
 	}
 }

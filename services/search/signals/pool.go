@@ -64,11 +64,13 @@ type Snapshot struct {
 // PendingBatch is a batch of this replica's applied here before the pool confirmed it.
 type PendingBatch struct {
 	Batch
-	// Published says the pool has taken it since. It is kept until it is read back,
-	// or until the snapshot the replica resumes from shows whether it holds it: a
-	// trim can take it before this replica reads it, and an older snapshot lacks it.
-	Published bool `json:"published,omitempty"`
+	// Entry is its place in the pool once the pool has taken it (Pooled.ID). It is
+	// kept until this replica's cursor reaches that place: a trim can take it before
+	// it is read back, and a snapshot from before that place lacks it.
+	Entry string `json:"entry,omitempty"`
 }
+
+func (b PendingBatch) published() bool { return b.Entry != "" }
 
 // What FlushVia's errors can say, besides the pool's own errors (errors.Is):
 var (
@@ -93,8 +95,8 @@ var (
 // in the pool's one order and as of the pool's one clock. RedisPool is the pool the
 // services use.
 type Pool interface {
-	// Publish adds a batch to the pool.
-	Publish(ctx context.Context, b Batch) error
+	// Publish adds a batch to the pool and returns its place there (Pooled.ID).
+	Publish(ctx context.Context, b Batch) (string, error)
 	// Read returns up to max batches published after cursor ("" reads from the
 	// start), oldest first, and whether batches after cursor may have been trimmed
 	// from the pool before they were read (then the batches are what is left).
@@ -128,11 +130,15 @@ const (
 
 // maxPending and maxPendingPaths bound the batches a replica keeps to publish again
 // while the pool is unreachable, and their paths: ten minutes' worth at the default
-// flush interval. Older ones still count here; the other replicas never see them.
+// flush interval. Older ones still count here; the other replicas never see them. The
+// IDs of the last maxDropped of those stay seen: one whose reply was lost is in the
+// stream, and read back, it must not count here twice.
 const (
 	maxPending      = 600
 	maxPendingPaths = 100_000
 )
+
+var maxDropped = MaxBatches // a variable for tests
 
 // poolState is a store's place in its pool, kept under Store.poolMu.
 type poolState struct {
@@ -152,7 +158,12 @@ type poolState struct {
 	// pending are the batches applied here alone because their publication failed:
 	// published again at each flush until one succeeds (their IDs keep them from
 	// counting twice anywhere), and applied again over a snapshot that lacks them.
+	// dropped are the IDs of those dropped past maxPending, oldest first.
 	pending []PendingBatch
+	dropped []string
+	// retired is set once the store is about to be replaced (Retire): its flushes
+	// then do nothing, and its successor takes its state over.
+	retired bool
 }
 
 // FlushVia is Flush for a replica that pools its signals: it publishes the hits and
@@ -172,6 +183,9 @@ type poolState struct {
 func (s *Store) FlushVia(ctx context.Context, p Pool) error {
 	s.poolMu.Lock()
 	defer s.poolMu.Unlock()
+	if s.pool.retired {
+		return nil
+	}
 	defer s.flushed()
 
 	s.flushMu.Lock()
@@ -256,27 +270,28 @@ func (s *Store) read(ctx context.Context, p Pool, errs *[]error) error {
 func (s *Store) unpublished() int {
 	n := 0
 	for _, pb := range s.pool.pending {
-		if !pb.Published {
+		if !pb.published() {
 			n++
 		}
 	}
 	return n
 }
 
-// publish publishes the pending batches still to publish, then b. A batch that fails
-// stops the rest: b is then applied here alone (if not empty) and kept to try again.
-// Called under poolMu.
+// publish publishes the pending batches still to publish (once the store has read
+// the pool: see FlushVia), then b. A batch that fails stops the rest: b is then
+// applied here alone (if not empty) and kept to try again. Called under poolMu.
 func (s *Store) publish(ctx context.Context, p Pool, b Batch) error {
 	for i := range s.pool.pending {
 		q := &s.pool.pending[i]
-		if q.Published {
+		if q.published() || !s.pool.loaded {
 			continue
 		}
-		if err := p.Publish(ctx, q.Batch); err != nil {
+		entry, err := p.Publish(ctx, q.Batch)
+		if err != nil {
 			s.keepPending(b)
 			return fmt.Errorf("%w: publish %s (applied here only, to be published again): %w", ErrUnreachable, describe(q.Batch), err)
 		}
-		q.Published = true
+		q.Entry = entry
 		// Applied here already: when it is read back, its ID must still be seen,
 		// however long the pool was away.
 		s.flushMu.Lock()
@@ -286,7 +301,7 @@ func (s *Store) publish(ctx context.Context, p Pool, b Batch) error {
 	if b.empty() {
 		return nil
 	}
-	if err := p.Publish(ctx, b); err != nil {
+	if _, err := p.Publish(ctx, b); err != nil {
 		s.keepPending(b)
 		return fmt.Errorf("%w: publish %s (applied here only, to be published again): %w", ErrUnreachable, describe(b), err)
 	}
@@ -313,9 +328,15 @@ func (s *Store) keepPending(b Batch) {
 	for ; drop < len(s.pool.pending)-1 && (len(s.pool.pending)-drop > maxPending || paths > maxPendingPaths); drop++ {
 		old := s.pool.pending[drop]
 		paths -= len(old.Hits) + len(old.Curations) + len(old.Edits)
-		delete(s.seen, "b:"+old.ID)
+		s.pool.dropped = append(s.pool.dropped, old.ID)
 	}
 	s.pool.pending = slices.Delete(s.pool.pending, 0, drop)
+	if n := len(s.pool.dropped) - maxDropped; n > 0 {
+		for _, id := range s.pool.dropped[:n] {
+			delete(s.seen, "b:"+id)
+		}
+		s.pool.dropped = slices.Delete(s.pool.dropped, 0, n)
+	}
 }
 
 // latestAt is the time to stamp what this store applies on its own: the pool's time
@@ -333,9 +354,12 @@ func (s *Store) applyPooled(pb Pooled) {
 	s.forgetSeen(pb.At)
 	s.apply(pb.Batch, pb.At)
 	s.pool.cursor, s.pool.cursorAt = pb.ID, pb.At
-	if id := pb.Batch.ID; id != "" {
-		// One of this store's own, in the pool after all: no need to publish or keep it.
-		s.pool.pending = slices.DeleteFunc(s.pool.pending, func(q PendingBatch) bool { return q.ID == id })
+	if len(s.pool.pending) > 0 {
+		// This store's own, in the pool after all (its reply was lost), or published
+		// and now passed: no need to publish or keep them.
+		s.pool.pending = slices.DeleteFunc(s.pool.pending, func(q PendingBatch) bool {
+			return q.ID == pb.Batch.ID || (q.published() && !cursorIsBefore(pb.ID, q.Entry))
+		})
 	}
 }
 
@@ -393,14 +417,15 @@ func (s *Store) loadSnapshot(ctx context.Context, p Pool) error {
 	s.forgotAt = snap.At.Truncate(time.Minute)
 	kept := s.pool.pending[:0]
 	for _, b := range s.pool.pending {
+		if b.published() && !cursorIsBefore(snap.Cursor, b.Entry) {
+			continue // in the snapshot
+		}
+		// Not published, or published after the snapshot's cursor: the snapshot lacks
+		// it, unless its maker applied it (a reply that was lost) and still knows.
 		if _, in := snap.Seen["b:"+b.ID]; !in {
 			s.apply(b.Batch, at[b.ID])
 		}
-		if !b.Published {
-			kept = append(kept, b)
-		}
-		// A published one is in the snapshot or applied again over it: read back
-		// later, its ID is seen.
+		kept = append(kept, b)
 	}
 	clear(s.pool.pending[len(kept):])
 	s.pool.pending = kept
@@ -457,10 +482,20 @@ func (s *Store) Cursor() string {
 	return s.pool.cursor
 }
 
+// Retire waits for a flush of s under way, and makes later ones do nothing: s is about
+// to be replaced by a store that takes its state over (TakeOver), which then need not
+// wait on the pool while its caller holds locks of its own.
+func (s *Store) Retire() {
+	s.poolMu.Lock()
+	defer s.poolMu.Unlock()
+	s.pool.retired = true
+}
+
 // TakeOver carries prev's state into s, which replaces it after a reload: what prev
 // learned (as Restore), where it had read its pool to, its batches the pool has not
 // confirmed, and the hits and curations it recorded but did not flush, which s
-// applies or publishes at its next flush. A flush of prev under way is waited for.
+// applies or publishes at its next flush. A flush of prev under way is waited for
+// (Retire it first not to wait here).
 func (s *Store) TakeOver(prev *Store) {
 	prev.poolMu.Lock()
 	prev.flushMu.Lock()

@@ -111,16 +111,7 @@ func TestALostReplyCountsOnceOnTheOtherReplicasAfterALongPartition(t *testing.T)
 	// a is cut off for twelve minutes; the other replicas go on publishing (an entry
 	// stamped by the pool's clock twelve minutes on stands for them).
 	off.Store(int64(12 * time.Minute))
-	last, err := client.XRevRangeN(ctx, pa.stream, "+", "-", 1).Result()
-	if err != nil || len(last) != 1 {
-		t.Fatal(last, err)
-	}
-	ms, _ := splitID(last[0].ID)
-	id := fmt.Sprintf("%d-0", int64(ms)+int64(12*time.Minute/time.Millisecond))
-	if err := client.XAdd(ctx, &redis.XAddArgs{Stream: pa.stream, ID: id,
-		Values: []string{"b", `{"id":"other.1","h":{"c.md":1}}`, "p", last[0].ID}}).Err(); err != nil {
-		t.Fatal(err)
-	}
+	laterBatch(t, client, pa.stream, 12*time.Minute)
 	flushVia(t, b, pb)
 	flushVia(t, a, pa) // back: reads first, and finds its batch there
 	flushVia(t, b, pb)
@@ -132,7 +123,7 @@ func TestALostReplyCountsOnceOnTheOtherReplicasAfterALongPartition(t *testing.T)
 // its reply is lost, and reads fail.
 type lostReplyReadFails struct{ *RedisPool }
 
-func (p lostReplyReadFails) Publish(ctx context.Context, b Batch) error {
+func (p lostReplyReadFails) Publish(ctx context.Context, b Batch) (string, error) {
 	return lostReply(p).Publish(ctx, b)
 }
 
@@ -182,16 +173,21 @@ func TestAFailedFirstSnapshotLoadIsRetried(t *testing.T) {
 
 type allFails struct{ *RedisPool }
 
-func (allFails) Publish(context.Context, Batch) error { return errors.New("dial tcp: i/o timeout") }
+func (allFails) Publish(context.Context, Batch) (string, error) {
+	return "", errors.New("dial tcp: i/o timeout")
+}
 func (allFails) Read(context.Context, string, int) ([]Pooled, bool, error) {
 	return nil, false, errors.New("dial tcp: i/o timeout")
 }
 
 // While the pool is down every flush applies a batch alone and remembers its ID, which
-// forgetSeen prunes only as batches are read: the IDs of batches dropped from the
-// queue to publish again (maxPending) are forgotten with them, so what is seen (and
-// saved to signals.json at every flush) stays bounded.
+// forgetSeen prunes only as batches are read. The queue of batches to publish again is
+// bounded (maxPending), and so are the IDs of those dropped from it (maxDropped: one
+// may be in the stream after all, its reply lost), so what is seen (and saved to
+// signals.json at every flush) stays bounded.
 func TestSeenIsBoundedWhileThePoolIsDown(t *testing.T) {
+	defer func(n int) { maxDropped = n }(maxDropped)
+	maxDropped = 500
 	_, _, pool := redisPools(t)
 	a, off := skewed()
 	pa := pool("kb")
@@ -201,8 +197,9 @@ func TestSeenIsBoundedWhileThePoolIsDown(t *testing.T) {
 		a.RecordHits([]string{"a.md"})
 		_ = a.FlushVia(context.Background(), allFails{pa})
 	}
-	if n, u := len(a.State().Seen), len(a.pool.pending); n > 2*maxPending || u != maxPending {
-		t.Errorf("after 2000 flushes (33 minutes) with the pool down: %d IDs in seen, %d batches kept to publish (want %d)", n, u, maxPending)
+	if n, u := len(a.State().Seen), len(a.pool.pending); n != maxPending+maxDropped || u != maxPending {
+		t.Errorf("after 2000 flushes (33 minutes) with the pool down: %d IDs in seen (want %d), %d batches kept to publish (want %d)",
+			n, maxPending+maxDropped, u, maxPending)
 	}
 
 	// And the paths they hold are bounded too: a busy replica's batch can name tens of
@@ -226,5 +223,145 @@ func TestSeenIsBoundedWhileThePoolIsDown(t *testing.T) {
 	}
 	if n := len(b.pool.pending); n != 2 {
 		t.Errorf("batches of %d paths each kept: %d, want 2 (at most %d paths)", maxPendingPaths/2, n, maxPendingPaths)
+	}
+}
+
+// readFailsAfterPublish is a pool cut off right after a publish went through: reads
+// work until the first successful Publish, then fail.
+type readFailsAfterPublish struct {
+	*RedisPool
+	published *bool
+}
+
+func (p readFailsAfterPublish) Publish(ctx context.Context, b Batch) (string, error) {
+	entry, err := p.RedisPool.Publish(ctx, b)
+	if err != nil {
+		return "", err
+	}
+	*p.published = true
+	return entry, nil
+}
+
+func (p readFailsAfterPublish) Read(ctx context.Context, cursor string, n int) ([]Pooled, bool, error) {
+	if *p.published {
+		return nil, false, errors.New("dial tcp: i/o timeout")
+	}
+	return p.RedisPool.Read(ctx, cursor, n)
+}
+
+// A batch applied here alone, published again, then cut off before it is read back,
+// is known by its place in the pool: a snapshot whose cursor is past that place holds
+// it, whatever the snapshot's maker still remembers of its ID (forgotten after seenFor,
+// it was applied again over the snapshot and counted twice).
+func TestAPublishedBatchCountsOnceOverASnapshotThatForgotItsID(t *testing.T) {
+	_, client, pool := redisPools(t)
+	ctx := context.Background()
+	a, b := replica(), replica()
+	pa, pb := pool("kb"), pool("kb")
+	b.RecordHits([]string{"a.md"})
+	flushVia(t, b, pb) // first snapshot
+	flushVia(t, a, pa) // a starts from it
+
+	// a's batch fails to publish: applied here alone, pending.
+	a.RecordHits([]string{"b.md"})
+	if err := a.FlushVia(ctx, publishFails{pa}); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("publish failing: %v", err)
+	}
+	// Next flush publishes it (Published=true), then the partition starts: the read fails.
+	published := false
+	if err := a.FlushVia(ctx, readFailsAfterPublish{pa, &published}); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("read failing after publish: %v", err)
+	}
+	if !published {
+		t.Fatal("the pending batch was not published")
+	}
+	flushVia(t, b, pb)
+	importanceIs(t, "replica b", b, "b.md", 53)
+
+	// Twelve minutes of pool time pass (an entry stamped 12 minutes on stands for the
+	// other replicas' batches); b reads it, forgets a's batch ID, and offers a snapshot.
+	laterBatch(t, client, pa.stream, 12*time.Minute)
+	flushVia(t, b, pb)
+	if err := pb.SaveSnapshot(ctx, b.Cursor(), b.State); err != nil {
+		t.Fatal(err)
+	}
+	// Over the 12 minutes the stream is trimmed past a's cursor.
+	if err := client.XTrimMaxLen(ctx, pa.stream, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_ = a.FlushVia(ctx, pa) // back: trimmed, resumes from b's snapshot
+	importanceIs(t, "replica b", b, "b.md", 53)
+	importanceIs(t, "replica a (one hit on b.md)", a, "b.md", 53)
+}
+
+// A batch whose reply was lost is in the stream; dropped from the queue to publish
+// again during a long outage, it is read back when the pool returns, and its ID, kept
+// (maxDropped), keeps it from counting twice here.
+func TestADroppedBatchWhoseReplyWasLostCountsOnceWhenReadBack(t *testing.T) {
+	_, _, pool := redisPools(t)
+	ctx := context.Background()
+	a, off := skewed()
+	b := replica()
+	pa, pb := pool("kb"), pool("kb")
+	flushVia(t, a, pa)
+	flushVia(t, b, pb)
+	a.RecordHits([]string{"b.md"})
+	// The batch lands, its reply is lost, and Redis is gone right after.
+	if err := a.FlushVia(ctx, lostReplyReadFails{pa}); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("a lost reply: %v", err)
+	}
+	importanceIs(t, "replica a", a, "b.md", 53)
+	// Ten minutes of flushes with the pool down (one a second, the default), each with a hit.
+	for i := range maxPending {
+		off.Store(int64(time.Duration(i) * time.Second))
+		a.RecordHits([]string{"c.md"})
+		_ = a.FlushVia(ctx, allFails{pa})
+	}
+	off.Store(0)
+	flushVia(t, a, pa) // back: reads the stream, which still holds the lost-reply batch
+	flushVia(t, b, pb)
+	importanceIs(t, "replica b", b, "b.md", 53)
+	importanceIs(t, "replica a", a, "b.md", 53)
+}
+
+// A published batch waiting to be read back leaves the queue once the cursor passes
+// its place, even when it is never read back (lost with a Redis that restarted empty,
+// whose new stream reports no trim): it stayed pending, and in signals.json, for good.
+func TestAPublishedBatchLeavesThePendingOnceTheCursorPassesIt(t *testing.T) {
+	srv, client, pool := redisPools(t)
+	ctx := context.Background()
+	a := replica()
+	pa := pool("kb")
+	flushVia(t, a, pa)
+	a.RecordHits([]string{"b.md"})
+	if err := a.FlushVia(ctx, publishFails{pa}); !errors.Is(err, ErrUnreachable) {
+		t.Fatal(err)
+	}
+	published := false
+	_ = a.FlushVia(ctx, readFailsAfterPublish{pa, &published})
+	restartEmpty(t, srv, client)
+	for range 5 {
+		a.RecordHits([]string{"c.md"})
+		_ = a.FlushVia(ctx, pa)
+	}
+	if n := len(a.State().Pending); n != 0 {
+		t.Errorf("%d batches still pending after the pool came back and five flushes succeeded", n)
+	}
+}
+
+// laterBatch appends another replica's batch (a hit on c.md) to stream, stamped d after
+// its last entry: the batches the other replicas publish while one is cut off.
+func laterBatch(t *testing.T, client redis.UniversalClient, stream string, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	last, err := client.XRevRangeN(ctx, stream, "+", "-", 1).Result()
+	if err != nil || len(last) != 1 {
+		t.Fatal(last, err)
+	}
+	ms, _ := splitID(last[0].ID)
+	id := fmt.Sprintf("%d-0", int64(ms)+d.Milliseconds())
+	if err := client.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: id,
+		Values: []string{"b", `{"id":"other.1","h":{"c.md":1}}`, "p", last[0].ID}}).Err(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -277,11 +277,11 @@ func TestReplicasReadANewPoolWhoseClockIsBehind(t *testing.T) {
 // past the deadline, a connection dropped after the write.
 type lostReply struct{ *RedisPool }
 
-func (p lostReply) Publish(ctx context.Context, b Batch) error {
-	if err := p.RedisPool.Publish(ctx, b); err != nil {
-		return err
+func (p lostReply) Publish(ctx context.Context, b Batch) (string, error) {
+	if _, err := p.RedisPool.Publish(ctx, b); err != nil {
+		return "", err
 	}
-	return errors.New("read tcp: i/o timeout")
+	return "", errors.New("read tcp: i/o timeout")
 }
 
 // A publish whose reply was lost was applied here as unpublished and then again when
@@ -438,7 +438,9 @@ func (readFails) Read(context.Context, string, int) ([]Pooled, bool, error) {
 	return nil, false, errors.New("dial tcp: i/o timeout")
 }
 
-func (publishFails) Publish(context.Context, Batch) error { return errors.New("dial tcp: i/o timeout") }
+func (publishFails) Publish(context.Context, Batch) (string, error) {
+	return "", errors.New("dial tcp: i/o timeout")
+}
 
 // A snapshot this release cannot read (a hand edit, a later release's after a
 // rollback) stopped every replica that started from nothing: it is dropped, the

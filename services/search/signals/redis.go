@@ -43,14 +43,14 @@ func NewRedisPool(client redis.UniversalClient, prefix, kb string, timeout time.
 
 // Publish adds b to the stream, with the id of the entry before it: a reader whose
 // cursor was trimmed away tells from the first entry left whether it missed any.
-func (p *RedisPool) Publish(ctx context.Context, b Batch) error {
+func (p *RedisPool) Publish(ctx context.Context, b Batch) (string, error) {
 	raw, err := json.Marshal(b)
 	if err != nil {
-		return err
+		return "", err
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	return publishScript.Run(ctx, p.c, []string{p.stream}, raw, MaxBatches).Err()
+	return publishScript.Run(ctx, p.c, []string{p.stream}, raw, MaxBatches).Text()
 }
 
 // Read returns the batches after cursor, and whether any were trimmed before they
