@@ -370,9 +370,6 @@ func (r *Resolver) Search(ctx context.Context, kbID, q, scope string, limit int)
 	if len(ranked) > limit {
 		ranked = ranked[:limit]
 	}
-	// The agent's searches are searches too (SPEC: +3 each time a search returns a
-	// file): a document a T4 loop keeps finding matters as much as one a T2 answer cites.
-	k.Signals.RecordHits(paths(ranked))
 	return k, ranked, nil
 }
 
