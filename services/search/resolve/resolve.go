@@ -370,6 +370,8 @@ func (r *Resolver) Search(ctx context.Context, kbID, q, scope string, limit int)
 	if len(ranked) > limit {
 		ranked = ranked[:limit]
 	}
+	// No hits recorded: a question counts its sources once, in Resolve; the agent's
+	// searches repeat within one question's loop.
 	return k, ranked, nil
 }
 
