@@ -797,6 +797,10 @@ func TestSearchHitsRaiseImportanceAndPromoteMaturity(t *testing.T) {
 		t.Fatalf("pager starts at %v %v, want 60 draft (its front matter)", start.GetImportance(), start.GetMaturity())
 	}
 	gen := f.state(t, team).generation
+	// An agent's search inside its loop counts nothing: only a question's sources do.
+	if sr, err := f.search.Search(callCtx(t), &quarryv1.SearchRequest{KnowledgeBase: team, Query: "pager handover note overrides"}); err != nil || len(sr.GetResults()) == 0 {
+		t.Fatalf("Search: %v, %d results", err, len(sr.GetResults()))
+	}
 	hits := 0
 	for range 2 {
 		r, err := f.search.Resolve(callCtx(t), &quarryv1.ResolveRequest{KnowledgeBase: team, Query: "pager handover note overrides"})
