@@ -798,8 +798,9 @@ func TestSearchHitsRaiseImportanceAndPromoteMaturity(t *testing.T) {
 	}
 	gen := f.state(t, team).generation
 	// An agent's search inside its loop counts nothing: only a question's sources do.
-	if sr, err := f.search.Search(callCtx(t), &quarryv1.SearchRequest{KnowledgeBase: team, Query: "pager handover note overrides"}); err != nil || len(sr.GetResults()) == 0 {
-		t.Fatalf("Search: %v, %d results", err, len(sr.GetResults()))
+	sr, err := f.search.Search(callCtx(t), &quarryv1.SearchRequest{KnowledgeBase: team, Query: "pager handover note overrides"})
+	if err != nil || len(sr.GetResults()) == 0 || sr.GetResults()[0].GetPath() != "ops/pager.md" {
+		t.Fatalf("Search: %v, results %v, want ops/pager.md first", err, sr.GetResults())
 	}
 	hits := 0
 	for range 2 {
