@@ -175,9 +175,10 @@ type poolState struct {
 // that snapshot could be looked at, it reads nothing.
 //
 // If the batch cannot be published, it is applied here alone, so that this replica
-// still counts its own hits, and published again at the next flushes, after reading
-// what the pool holds: a batch that reached the pool although its reply was lost is
-// found there rather than published twice. The error returned says what went wrong
+// still counts its own hits, and published again at the next flushes: one that reached
+// the pool although its reply was lost is found there (Pool.Publish) rather than added
+// twice, and its place in the pool tells whether a snapshot holds it. The error
+// returned says what went wrong
 // (ErrUnreachable, ErrMissed, ErrSnapshot, ErrUnreadable); the flush goes as far as it
 // can. Calls are serialised; Flush must not be used on a pooled store.
 func (s *Store) FlushVia(ctx context.Context, p Pool) error {
@@ -207,12 +208,6 @@ func (s *Store) FlushVia(ctx context.Context, p Pool) error {
 			}
 		} else {
 			errs = append(errs, err)
-		}
-	}
-	if s.pool.loaded && s.unpublished() > 0 {
-		if err := s.read(ctx, p, &errs); err != nil {
-			s.keepPending(b)
-			return errors.Join(append(errs, err)...)
 		}
 	}
 	if err := s.publish(ctx, p, b); err != nil {
@@ -264,17 +259,6 @@ func (s *Store) read(ctx context.Context, p Pool, errs *[]error) error {
 			return nil
 		}
 	}
-}
-
-// unpublished counts the pending batches still to publish. Called under poolMu.
-func (s *Store) unpublished() int {
-	n := 0
-	for _, pb := range s.pool.pending {
-		if !pb.published() {
-			n++
-		}
-	}
-	return n
 }
 
 // publish publishes the pending batches still to publish (once the store has read

@@ -88,10 +88,10 @@ func TestTakeOverKeepsBatchesToPublishAgain(t *testing.T) {
 	importanceIs(t, "the other replica", b, "b.md", 53)
 }
 
-// A replica back from a partition reads the pool before it publishes its batches
-// again: the one whose reply was lost is found there and not published twice. Published
-// again, it counted twice on the other replicas, which forget a batch's ID after
-// seenFor of pool time.
+// A replica back from a partition publishes its batches again, and the pool finds the
+// one whose reply was lost by its number (the replica's mark) instead of adding it
+// twice: added again, it counted twice on the other replicas, which forget a batch's ID
+// after seenFor of pool time.
 func TestALostReplyCountsOnceOnTheOtherReplicasAfterALongPartition(t *testing.T) {
 	_, client, pool := redisPools(t)
 	ctx := context.Background()
@@ -113,7 +113,7 @@ func TestALostReplyCountsOnceOnTheOtherReplicasAfterALongPartition(t *testing.T)
 	off.Store(int64(12 * time.Minute))
 	laterBatch(t, client, pa.stream, 12*time.Minute)
 	flushVia(t, b, pb)
-	flushVia(t, a, pa) // back: reads first, and finds its batch there
+	flushVia(t, a, pa) // back: publishes its batch again, which the pool has
 	flushVia(t, b, pb)
 	importanceIs(t, "the replica whose reply was lost", a, "b.md", 53)
 	importanceIs(t, "the other replica", b, "b.md", 53)
@@ -278,17 +278,7 @@ func TestAPublishedBatchCountsOnceOverASnapshotThatForgotItsID(t *testing.T) {
 	flushVia(t, b, pb)
 	importanceIs(t, "replica b", b, "b.md", 53)
 
-	// Twelve minutes of pool time pass (an entry stamped 12 minutes on stands for the
-	// other replicas' batches); b reads it, forgets a's batch ID, and offers a snapshot.
-	laterBatch(t, client, pa.stream, 12*time.Minute)
-	flushVia(t, b, pb)
-	if err := pb.SaveSnapshot(ctx, b.Cursor(), b.State); err != nil {
-		t.Fatal(err)
-	}
-	// Over the 12 minutes the stream is trimmed past a's cursor.
-	if err := client.XTrimMaxLen(ctx, pa.stream, 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	longPartition(t, client, b, pb)
 	_ = a.FlushVia(ctx, pa) // back: trimmed, resumes from b's snapshot
 	importanceIs(t, "replica b", b, "b.md", 53)
 	importanceIs(t, "replica a (one hit on b.md)", a, "b.md", 53)
@@ -362,6 +352,97 @@ func laterBatch(t *testing.T, client redis.UniversalClient, stream string, d tim
 	id := fmt.Sprintf("%d-0", int64(ms)+d.Milliseconds())
 	if err := client.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: id,
 		Values: []string{"b", `{"id":"other.1","h":{"c.md":1}}`, "p", last[0].ID}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A batch whose reply was lost, published again after a partition longer than seenFor
+// during which the stream was trimmed past the replica's place: the pool keeps each
+// replica's last batch number and place (its marks), so the second publication finds
+// the first and adds nothing. It counted twice on every replica: here, applied again
+// over a snapshot whose maker had forgotten its ID, and on the others, which had too.
+func TestALostReplyCountsOnceAfterAPartitionAndATrim(t *testing.T) {
+	_, client, pool := redisPools(t)
+	ctx := context.Background()
+	a, b := replica(), replica()
+	pa, pb := pool("kb"), pool("kb")
+	b.RecordHits([]string{"a.md"})
+	flushVia(t, b, pb)
+	flushVia(t, a, pa)
+	a.RecordHits([]string{"b.md"})
+	if err := a.FlushVia(ctx, lostReplyReadFails{pa}); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("a lost reply: %v, want ErrUnreachable", err)
+	}
+	flushVia(t, b, pb)
+	importanceIs(t, "replica b", b, "b.md", 53)
+
+	longPartition(t, client, b, pb)
+	_ = a.FlushVia(ctx, pa) // back: trimmed, resumes from b's snapshot
+	flushVia(t, a, pa)
+	flushVia(t, b, pb)
+	importanceIs(t, "replica a", a, "b.md", 53)
+	importanceIs(t, "replica b", b, "b.md", 53)
+	if n := len(a.State().Pending); n != 0 {
+		t.Errorf("%d batches still pending", n)
+	}
+}
+
+// The pool keeps each replica's last batch number and place: a batch published again
+// returns its first place and adds nothing, and the marks of replicas whose last batch
+// was trimmed from the stream are dropped once there are more than maxMarks.
+func TestThePoolFindsABatchPublishedAgain(t *testing.T) {
+	_, client, pool := redisPools(t)
+	ctx := context.Background()
+	p := pool("kb")
+	b := Batch{ID: "r1.1", Hits: map[string]int{"a.md": 1}}
+	first, err := p.Publish(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := p.Publish(ctx, b)
+	if err != nil || again != first {
+		t.Fatalf("published again: %q, %v; want its first place %q", again, err, first)
+	}
+	if n := client.XLen(ctx, p.stream).Val(); n != 1 {
+		t.Fatalf("%d entries after publishing one batch twice, want 1", n)
+	}
+	next, err := p.Publish(ctx, Batch{ID: "r1.2", Hits: map[string]int{"a.md": 1}})
+	if err != nil || next == first {
+		t.Fatalf("the next batch: %q, %v", next, err)
+	}
+	// An earlier number than the last: in already, at or before the last's place.
+	if got, err := p.Publish(ctx, b); err != nil || got != next {
+		t.Errorf("an earlier batch published again: %q, %v; want the last's place %q", got, err, next)
+	}
+
+	for i := range maxMarks {
+		if _, err := p.Publish(ctx, Batch{ID: fmt.Sprintf("s%d.1", i), Hits: map[string]int{"a.md": 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := client.XTrimMaxLen(ctx, p.stream, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Publish(ctx, Batch{ID: "new.1", Hits: map[string]int{"a.md": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := client.HLen(ctx, p.marks).Val(); n != 1 {
+		t.Errorf("%d marks after the stream was trimmed and a new replica published, want 1 (its own)", n)
+	}
+}
+
+// longPartition stands for twelve minutes of pool time while a replica is cut off: the
+// other replicas publish (an entry stamped 12 minutes on), b reads it, forgets the IDs
+// it applied before, and offers a snapshot, and the stream is trimmed to nothing.
+func longPartition(t *testing.T, client redis.UniversalClient, b *Store, pb *RedisPool) {
+	t.Helper()
+	laterBatch(t, client, pb.stream, 12*time.Minute)
+	flushVia(t, b, pb)
+	ctx := context.Background()
+	if err := pb.SaveSnapshot(ctx, b.Cursor(), b.State); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.XTrimMaxLen(ctx, pb.stream, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 }

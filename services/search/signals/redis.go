@@ -16,14 +16,18 @@ import (
 )
 
 // RedisPool is one knowledge base's Pool in Redis, which the gateway replicas share
-// already: a stream of batches, <prefix>signals:<kb>, whose ids are Redis's clock and
-// the cursors, trimmed to about MaxBatches; and the newest snapshot, a hash
-// <prefix>signals:<kb>:snapshot of its cursor and its state (gzipped JSON). Neither
+// already: a stream of batches, <prefix>signals:{<kb>}, whose ids are Redis's clock and
+// the cursors, trimmed to about MaxBatches; each replica's last batch number and its
+// place in the stream, a hash <prefix>signals:{<kb>}:marks, so that a batch published
+// again (its reply lost) is found rather than added twice; and the newest snapshot, a
+// hash <prefix>signals:{<kb>}:snapshot of its cursor and its state (gzipped JSON). None
 // has a time to live, so a volatile-lru maxmemory policy (the deployment's) never
-// evicts them.
+// evicts them; the braces keep a knowledge base's keys on one Redis Cluster shard, as
+// the publish script needs.
 type RedisPool struct {
 	c        redis.UniversalClient
 	stream   string
+	marks    string
 	snapshot string
 	timeout  time.Duration
 }
@@ -37,21 +41,31 @@ const MaxBatches = 10000
 // NewRedisPool returns the pool of knowledge base kb on client, whose keys start with
 // prefix (redisx.Config.Prefix); each call is bounded by timeout.
 func NewRedisPool(client redis.UniversalClient, prefix, kb string, timeout time.Duration) *RedisPool {
-	stream := prefix + "signals:" + kb
-	return &RedisPool{c: client, stream: stream, snapshot: stream + ":snapshot", timeout: timeout}
+	stream := prefix + "signals:{" + kb + "}"
+	return &RedisPool{c: client, stream: stream, marks: stream + ":marks", snapshot: stream + ":snapshot", timeout: timeout}
 }
 
 // Publish adds b to the stream, with the id of the entry before it: a reader whose
-// cursor was trimmed away tells from the first entry left whether it missed any.
+// cursor was trimmed away tells from the first entry left whether it missed any. A
+// batch whose number (Batch.ID is "<replica>.<n>") is not above its replica's last
+// is in the stream already, published before its reply was lost: it is not added
+// again, and the place returned is that of the replica's last batch, at or after its
+// own. A store publishes its batches in the order of their numbers, so that holds.
 func (p *RedisPool) Publish(ctx context.Context, b Batch) (string, error) {
 	raw, err := json.Marshal(b)
 	if err != nil {
 		return "", err
 	}
+	replica, n, _ := strings.Cut(b.ID, ".")
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	return publishScript.Run(ctx, p.c, []string{p.stream}, raw, MaxBatches).Text()
+	return publishScript.Run(ctx, p.c, []string{p.stream, p.marks}, raw, MaxBatches, replica, n, maxMarks).Text()
 }
+
+// maxMarks is how many replicas' marks the pool keeps before it forgets those whose
+// last batch was trimmed from the stream (every store, one per load of a knowledge
+// base, publishes under a name of its own).
+const maxMarks = 1024
 
 // Read returns the batches after cursor, and whether any were trimmed before they
 // were read, in one script. Trimming removes the oldest entries, so while the cursor's
@@ -264,9 +278,20 @@ local function before(a, b)
 end
 `
 
-// publishScript adds the batch ARGV[1] to the stream, trimmed to about ARGV[2]
-// entries, with field p naming the entry before it ("0-0" none). KEYS: stream.
-var publishScript = redis.NewScript(`
+// publishScript adds the batch ARGV[1], number ARGV[4] of replica ARGV[3], to the
+// stream, trimmed to about ARGV[2] entries, with field p naming the entry before it
+// ("0-0" none), and returns its id; unless the replica's mark says a batch of that
+// number or a later one is in already, whose id it returns then. Past ARGV[5] marks,
+// those of batches trimmed from the stream are dropped. KEYS: stream, marks.
+var publishScript = redis.NewScript(cursorBefore + `
+local n = tonumber(ARGV[4])
+if n then
+  local mark = redis.call('HGET', KEYS[2], ARGV[3])
+  if mark then
+    local m, id = string.match(mark, '^(%d+) (.+)$')
+    if m and tonumber(m) >= n then return id end
+  end
+end
 local prev = '0-0'
 local info = redis.pcall('XINFO', 'STREAM', KEYS[1])
 if not info.err then
@@ -274,7 +299,19 @@ if not info.err then
     if info[i] == 'last-generated-id' then prev = info[i + 1] end
   end
 end
-return redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'b', ARGV[1], 'p', prev)`)
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'b', ARGV[1], 'p', prev)
+if n then
+  redis.call('HSET', KEYS[2], ARGV[3], ARGV[4] .. ' ' .. id)
+  if redis.call('HLEN', KEYS[2]) > tonumber(ARGV[5]) then
+    local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1][1]
+    local marks = redis.call('HGETALL', KEYS[2])
+    for i = 1, #marks, 2 do
+      local at = string.match(marks[i + 1], ' (.+)$')
+      if not at or before(at, first) then redis.call('HDEL', KEYS[2], marks[i]) end
+    end
+  end
+end
+return id`)
 
 // readScript returns {trimmed, entries}: entries are up to ARGV[2] entries after the
 // cursor ARGV[1] ("0-0": from the start), and trimmed is 1 when entries after it were
