@@ -261,13 +261,14 @@ func (s *Store) read(ctx context.Context, p Pool, errs *[]error) error {
 	}
 }
 
-// publish publishes the pending batches still to publish (once the store has read
-// the pool: see FlushVia), then b. A batch that fails stops the rest: b is then
-// applied here alone (if not empty) and kept to try again. Called under poolMu.
+// publish publishes the pending batches still to publish, then b, in the order of
+// their numbers, which the pool's marks rely on (Pool.Publish): a batch that fails stops
+// the rest, and b is then applied here alone (if not empty) and kept to try again.
+// Called under poolMu.
 func (s *Store) publish(ctx context.Context, p Pool, b Batch) error {
 	for i := range s.pool.pending {
 		q := &s.pool.pending[i]
-		if q.published() || !s.pool.loaded {
+		if q.published() {
 			continue
 		}
 		entry, err := p.Publish(ctx, q.Batch)

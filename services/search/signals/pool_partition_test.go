@@ -446,3 +446,44 @@ func longPartition(t *testing.T, client redis.UniversalClient, b *Store, pb *Red
 		t.Fatal(err)
 	}
 }
+
+// loadFails is a pool whose snapshot cannot be read (a timeout on a big one), and
+// whose publishing fails too while publishFails is set.
+type loadFails struct {
+	*RedisPool
+	publishFails bool
+}
+
+func (p loadFails) LoadSnapshot(context.Context, string) (Snapshot, bool, error) {
+	return Snapshot{}, false, errors.New("i/o timeout")
+}
+
+func (p loadFails) Publish(ctx context.Context, b Batch) (string, error) {
+	if p.publishFails {
+		return "", errors.New("dial tcp: i/o timeout")
+	}
+	return p.RedisPool.Publish(ctx, b)
+}
+
+// A replica publishes its batches in the order of their numbers, even while it cannot
+// read the pool's snapshot yet: had a later batch gone first, the pool's mark would
+// have taken the earlier one, published next, for one it already had.
+func TestBatchesArePublishedInOrderBeforeTheSnapshotIsRead(t *testing.T) {
+	_, _, pool := redisPools(t)
+	ctx := context.Background()
+	a, late := replica(), replica()
+	pa, pl := pool("kb"), pool("kb")
+	a.RecordHits([]string{"a.md"})
+	flushVia(t, a, pa) // the pool keeps a snapshot: late starts from it
+	late.RecordHits([]string{"b.md"})
+	_ = late.FlushVia(ctx, loadFails{pl, true})
+	late.RecordHits([]string{"c.md"})
+	_ = late.FlushVia(ctx, loadFails{pl, false})
+	flushVia(t, late, pl)
+	flushVia(t, a, pa)
+	for name, s := range map[string]*Store{"a": a, "late": late} {
+		importanceIs(t, "replica "+name, s, "a.md", 53)
+		importanceIs(t, "replica "+name, s, "b.md", 53)
+		importanceIs(t, "replica "+name, s, "c.md", 53)
+	}
+}
