@@ -102,10 +102,20 @@ func TestOneTraceAcrossAGRPCHop(t *testing.T) {
 		t.Error("the server span's parent is not the client span")
 	}
 
-	rec := httptest.NewRecorder()
-	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	if !strings.Contains(rec.Body.String(), "rpc_server") {
-		t.Errorf("metrics lack the gRPC server metrics:\n%.500s", rec.Body.String())
+	// The server's call duration is recorded as its handler ends, on the server's
+	// goroutine, which can run after the server span was exported: look until it is
+	// there (CI once read /metrics in between).
+	var body string
+	for {
+		rec := httptest.NewRecorder()
+		tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		if body = rec.Body.String(); strings.Contains(body, "rpc_server") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(body, "rpc_server") {
+		t.Errorf("metrics lack the gRPC server metrics:\n%.500s", body)
 	}
 }
 
