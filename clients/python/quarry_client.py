@@ -101,9 +101,37 @@ def print_explain(ex):
         print(f"  llm {l.model} calls {l.calls} tokens {l.prompt_tokens}+{l.completion_tokens} stop {l.stop_reason}")
 
 
+class DeadlineExceeded(grpc.RpcError):
+    """The call's deadline, reported by the server before this process saw it."""
+
+    def code(self):
+        return grpc.StatusCode.DEADLINE_EXCEEDED
+
+    def details(self):
+        return "Deadline Exceeded"
+
+
+# How early the server's reset may arrive and still be the deadline: grpc-timeout is
+# sent in whole units, rounded.
+DEADLINE_SLACK_SECONDS = 0.05
+
+
 def ask(stub, args, metadata, question):
-    req = query_pb2.QueryRequest(knowledge_base=args.kb, query=question, explain=args.explain)
     began = time.perf_counter()
+    try:
+        call(stub, args, metadata, question, began)
+    except grpc.RpcError as err:
+        # The server gives up at the same deadline and resets the stream (RST_STREAM
+        # CANCEL). When that reaches this process before its own timer fires (a busy
+        # machine), grpcio says CANCELLED; at the deadline, it is the deadline.
+        if err.code() == grpc.StatusCode.CANCELLED and \
+                time.perf_counter() - began >= args.timeout - DEADLINE_SLACK_SECONDS:
+            raise DeadlineExceeded() from err
+        raise
+
+
+def call(stub, args, metadata, question, began):
+    req = query_pb2.QueryRequest(knowledge_base=args.kb, query=question, explain=args.explain)
     if not args.stream:
         resp = stub.Query(req, timeout=args.timeout, metadata=metadata)
         print_response(resp, (time.perf_counter() - began) * 1e3)

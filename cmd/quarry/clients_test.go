@@ -297,6 +297,10 @@ const (
 	// A question starting with hangPrefix is never answered: after the deltas (on a
 	// stream) the call waits for the caller's deadline or its cancel.
 	hangPrefix = "hang: "
+	// A question starting with resetPrefix is cut short by the server just before the
+	// deadline, with the CANCELLED a reset stream (RST_STREAM CANCEL) reads as: what
+	// the client sees when the server's timer for the shared deadline fires first.
+	resetPrefix = "reset: "
 )
 
 // scriptedQueryService stands in for a gateway that checks API keys and streams LLM
@@ -365,6 +369,11 @@ func (s *scriptedQueryService) QueryStream(req *quarryv1.QueryStreamRequest, str
 		return nil
 	case strings.HasPrefix(q, hangPrefix):
 		return s.hang(stream.Context(), q)
+	case strings.HasPrefix(q, resetPrefix):
+		if dl, ok := stream.Context().Deadline(); ok {
+			time.Sleep(time.Until(dl) - 20*time.Millisecond)
+		}
+		return status.Error(codes.Canceled, "Received RST_STREAM with error code 8")
 	}
 	return stream.Send(&quarryv1.QueryStreamResponse{Event: &quarryv1.QueryStreamResponse_Final{Final: s.response(quarryv1.Tier_TIER_SINGLE_LLM)}})
 }
@@ -467,6 +476,13 @@ func TestExampleClientsEndAStreamCutShort(t *testing.T) {
 			}
 			if len(tiers(r.stdout)) != 0 {
 				t.Errorf("printed a response for a failed stream:\n%s", r.stdout)
+			}
+		})
+		t.Run("reset by the server at the deadline", func(t *testing.T) {
+			r := c.run(t, nil, append(base, "--stream", "--timeout", "1", resetPrefix+c.lang)...)
+			r.oneLine(t, 1, "error: DEADLINE_EXCEEDED: ")
+			if !strings.HasSuffix(r.stdout, partial) {
+				t.Errorf("stdout does not end the partial answer's line:\n%q", r.stdout)
 			}
 		})
 		t.Run("ctrl-c after deltas", func(t *testing.T) {

@@ -218,10 +218,32 @@ function endAnswerLine(): void {
   answerLineOpen = false;
 }
 
+// How early the server's reset may arrive and still be the deadline: grpc-timeout is
+// sent in whole units, rounded.
+const deadlineSlackMs = 50;
+
 async function ask(client: Client<typeof QueryService>, opts: Options, question: string): Promise<void> {
+  const began = performance.now();
+  try {
+    await call(client, opts, question, began);
+  } catch (err) {
+    // The server gives up at the same deadline and resets the stream (RST_STREAM
+    // CANCEL). When that arrives before this process's own timer fires (a busy
+    // machine), it reads as CANCELLED; at the deadline, it is the deadline.
+    if (
+      err instanceof ConnectError &&
+      err.code === Code.Canceled &&
+      performance.now() - began >= opts.timeoutSeconds * 1000 - deadlineSlackMs
+    ) {
+      throw new ConnectError("the operation timed out", Code.DeadlineExceeded, undefined, undefined, err);
+    }
+    throw err;
+  }
+}
+
+async function call(client: Client<typeof QueryService>, opts: Options, question: string, began: number): Promise<void> {
   const request = { knowledgeBase: opts.kb, query: question, explain: opts.explain };
   const callOptions = { timeoutMs: opts.timeoutSeconds * 1000 };
-  const began = performance.now();
   if (!opts.stream) {
     const resp = await client.query(request, callOptions);
     printResponse(resp, performance.now() - began, false);
