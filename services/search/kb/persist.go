@@ -168,7 +168,10 @@ func (sv *signalSaver) flush(ctx context.Context, r *Registry) {
 }
 
 func (r *Registry) saveSignals(k *KB) error {
-	state := k.Signals.State()
+	state, current := k.Signals.SavedState()
+	if !current {
+		return nil // replaced by a reload since it was listed: its successor is saved
+	}
 	raw, err := json.Marshal(savedSignals{Version: signalsVersion, Saved: time.Now().UTC(), Cursor: state.Cursor, At: state.At, Seen: state.Seen, Records: state.Records, Pending: state.Pending})
 	if err != nil {
 		return err

@@ -225,31 +225,7 @@ func (p downPool) Read(ctx context.Context, cursor string, n int) ([]signals.Poo
 // what it learned: restarted, the replica publishes them, and the other replicas count
 // them too; the replica itself still counts them once.
 func TestHitsCountedWhileThePoolWasAwayOutliveARestart(t *testing.T) {
-	srv := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, DisableIdentity: true})
-	t.Cleanup(func() { client.Close() })
-	root := t.TempDir()
-	if err := os.WriteFile(filepath.Join(root, "a.md"), []byte("# A\n\nText.\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var down atomic.Bool
-	open := func(args ...string) *Registry {
-		fs := flag.NewFlagSet("test", flag.ContinueOnError)
-		var cfg Config
-		cfg.RegisterFlags(fs)
-		if err := fs.Parse(args); err != nil {
-			t.Fatal(err)
-		}
-		reg := NewRegistry(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-		t.Cleanup(reg.Close)
-		reg.PoolSignalsVia(func(id string) signals.Pool {
-			return downPool{signals.NewRedisPool(client, "away:", id, time.Second), &down}
-		})
-		if _, err := reg.Load(context.Background(), "docs", root); err != nil {
-			t.Fatal(err)
-		}
-		return reg
-	}
+	open, down, _ := awayPool(t)
 	ctx := context.Background()
 	dataDir := t.TempDir()
 	a, other := open("-data-dir", dataDir), open()
@@ -359,4 +335,80 @@ func TestAReloadDoesNotHoldQueriesWhileAFlushWaitsOnThePool(t *testing.T) {
 	if err := <-reloaded; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The saver lists the knowledge bases, then flushes and saves each: a reload in between
+// moves the store's pending batches to its successor, and a save of the replaced store
+// wrote signals.json without them. Crashed before the next save, the replica lost the
+// batches it had counted alone for good. A replaced store is not saved.
+func TestASaveOfAReplacedStoreKeepsItsPendingBatches(t *testing.T) {
+	open, down, root := awayPool(t)
+	ctx := context.Background()
+	dataDir := t.TempDir()
+	a, other := open("-data-dir", dataDir), open()
+	var sa, so signalSaver
+	sa.flush(ctx, a)
+	so.flush(ctx, other)
+	seeded := other.kbs["docs"].Signals.Get("a.md").Importance
+
+	down.Store(true)
+	oldK := a.kbs["docs"]
+	oldK.Signals.RecordHits([]string{"a.md"})
+	// a tick saves the batch kept to publish again
+	sa.flushVia(ctx, a, oldK)
+	if err := a.saveSignals(oldK); err != nil {
+		t.Fatal(err)
+	}
+	// the next tick lists the KB; a reload; the tick saves the store it listed
+	if _, err := a.Load(ctx, "docs", root); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.saveSignals(oldK); err != nil {
+		t.Fatal(err)
+	}
+	// crash before the next tick (Close releases the indexes, saves no signals)
+	a.Close()
+	down.Store(false)
+	a2 := open("-data-dir", dataDir)
+	var sa2 signalSaver
+	for range 2 {
+		sa2.flush(ctx, a2)
+		so.flush(ctx, other)
+	}
+	if got := other.kbs["docs"].Signals.Get("a.md").Importance; math.Abs(got-(seeded+3)) > 1e-3 {
+		t.Errorf("the other replica: a.md importance %.3f, want %.3f (one hit)", got, seeded+3)
+	}
+}
+
+// awayPool starts a redis-server and returns a maker of registries serving one
+// knowledge base (the folder root, one file) that pool their signals through it, and
+// the switch that cuts them all off from it (set: every publish and read fails).
+func awayPool(t *testing.T) (open func(args ...string) *Registry, down *atomic.Bool, root string) {
+	t.Helper()
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, DisableIdentity: true})
+	t.Cleanup(func() { client.Close() })
+	root = t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "a.md"), []byte("# A\n\nText.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	down = new(atomic.Bool)
+	open = func(args ...string) *Registry {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		var cfg Config
+		cfg.RegisterFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		reg := NewRegistry(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		t.Cleanup(reg.Close)
+		reg.PoolSignalsVia(func(id string) signals.Pool {
+			return downPool{signals.NewRedisPool(client, "away:", id, time.Second), down}
+		})
+		if _, err := reg.Load(context.Background(), "docs", root); err != nil {
+			t.Fatal(err)
+		}
+		return reg
+	}
+	return open, down, root
 }

@@ -162,8 +162,9 @@ type poolState struct {
 	pending []PendingBatch
 	dropped []string
 	// retired is set once the store is about to be replaced (Retire): its flushes
-	// then do nothing, and its successor takes its state over.
-	retired bool
+	// then do nothing, and its successor takes its state over; replaced once it has
+	// (TakeOver), when its state is no longer what the replica learned.
+	retired, replaced bool
 }
 
 // FlushVia is Flush for a replica that pools its signals: it publishes the hits and
@@ -197,7 +198,13 @@ func (s *Store) FlushVia(ctx context.Context, p Pool) error {
 		b.ID = fmt.Sprintf("%s.%d", s.pool.replica, s.pool.published)
 	}
 
+	// Published first, so that every pending batch knows its place in the pool (a
+	// lost reply's too, found by the pool's mark) before a snapshot is weighed against
+	// it.
 	var errs []error
+	if err := s.publish(ctx, p, b); err != nil {
+		errs = append(errs, err)
+	}
 	if !s.pool.loaded {
 		if s.pool.cursor != "" {
 			s.pool.loaded = true // resumed from a saved place: reads on from it
@@ -209,9 +216,6 @@ func (s *Store) FlushVia(ctx context.Context, p Pool) error {
 		} else {
 			errs = append(errs, err)
 		}
-	}
-	if err := s.publish(ctx, p, b); err != nil {
-		errs = append(errs, err)
 	}
 	if !s.pool.loaded {
 		return errors.Join(errs...)
@@ -429,11 +433,18 @@ func (s *Store) learned() Snapshot {
 // State is what the store learned (as its pool's snapshot) and its own batches the pool
 // has not confirmed yet: saved, the store resumes from it (Resume).
 func (s *Store) State() Snapshot {
+	state, _ := s.SavedState()
+	return state
+}
+
+// SavedState is State, and false once another store took this one's state over
+// (TakeOver): saved then, it would replace the successor's with less.
+func (s *Store) SavedState() (Snapshot, bool) {
 	s.poolMu.Lock()
 	defer s.poolMu.Unlock()
 	state := s.learned()
 	state.Pending = slices.Clone(s.pool.pending)
-	return state
+	return state, !s.pool.replaced
 }
 
 // Resume restores a saved State: what was learned (as Restore), where the store had
@@ -482,13 +493,22 @@ func (s *Store) Retire() {
 // applies or publishes at its next flush. A flush of prev under way is waited for
 // (Retire it first not to wait here).
 func (s *Store) TakeOver(prev *Store) {
+	// From here prev's hits go to s; those recorded before are drained below.
+	prev.successor.Store(s)
 	prev.poolMu.Lock()
 	prev.flushMu.Lock()
 	pending := prev.drain()
 	state := Snapshot{Cursor: prev.pool.cursor, At: prev.pool.cursorAt, Records: prev.Snapshot(), Seen: maps.Clone(prev.seen), Pending: prev.pool.pending}
 	prev.pool.pending = nil
+	prev.pool.retired, prev.pool.replaced = true, true
+	// s publishes under prev's name, numbering on: one mark in the pool per process,
+	// not one per reload.
+	replica, published := prev.pool.replica, prev.pool.published
 	prev.flushMu.Unlock()
 	prev.poolMu.Unlock()
+	s.poolMu.Lock()
+	s.pool.replica, s.pool.published = replica, published
+	s.poolMu.Unlock()
 
 	s.Resume(state)
 	s.flushMu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -388,8 +389,8 @@ func TestALostReplyCountsOnceAfterAPartitionAndATrim(t *testing.T) {
 }
 
 // The pool keeps each replica's last batch number and place: a batch published again
-// returns its first place and adds nothing, and the marks of replicas whose last batch
-// was trimmed from the stream are dropped once there are more than maxMarks.
+// returns its first place and adds nothing, and the marks of replicas idle for a day
+// are dropped once there are more than maxMarks.
 func TestThePoolFindsABatchPublishedAgain(t *testing.T) {
 	_, client, pool := redisPools(t)
 	ctx := context.Background()
@@ -415,19 +416,18 @@ func TestThePoolFindsABatchPublishedAgain(t *testing.T) {
 		t.Errorf("an earlier batch published again: %q, %v; want the last's place %q", got, err, next)
 	}
 
+	// Past maxMarks, the marks of replicas idle for markIdle go (those of earlier
+	// processes: a restart publishes under a new name).
 	for i := range maxMarks {
-		if _, err := p.Publish(ctx, Batch{ID: fmt.Sprintf("s%d.1", i), Hits: map[string]int{"a.md": 1}}); err != nil {
+		if err := client.HSet(ctx, p.marks, fmt.Sprintf("old%d", i), "1 1-0").Err(); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := client.XTrimMaxLen(ctx, p.stream, 0).Err(); err != nil {
-		t.Fatal(err)
 	}
 	if _, err := p.Publish(ctx, Batch{ID: "new.1", Hits: map[string]int{"a.md": 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if n := client.HLen(ctx, p.marks).Val(); n != 1 {
-		t.Errorf("%d marks after the stream was trimmed and a new replica published, want 1 (its own)", n)
+	if marks := client.HKeys(ctx, p.marks).Val(); len(marks) != 2 || !slices.Contains(marks, "r1") || !slices.Contains(marks, "new") {
+		t.Errorf("marks %v after %d idle ones and a new replica's batch, want r1 and new", marks, maxMarks)
 	}
 }
 
@@ -486,4 +486,138 @@ func TestBatchesArePublishedInOrderBeforeTheSnapshotIsRead(t *testing.T) {
 		importanceIs(t, "replica "+name, s, "b.md", 53)
 		importanceIs(t, "replica "+name, s, "c.md", 53)
 	}
+}
+
+// loadFailsLostReply: the snapshot load times out and the publish lands but its reply
+// is lost (the partition starts under way), and reads fail.
+type loadFailsLostReply struct{ *RedisPool }
+
+func (loadFailsLostReply) LoadSnapshot(context.Context, string) (Snapshot, bool, error) {
+	return Snapshot{}, false, errors.New("i/o timeout")
+}
+func (p loadFailsLostReply) Publish(ctx context.Context, b Batch) (string, error) {
+	return lostReply(p).Publish(ctx, b)
+}
+func (loadFailsLostReply) Read(context.Context, string, int) ([]Pooled, bool, error) {
+	return nil, false, errors.New("dial tcp: i/o timeout")
+}
+
+// A store that has not read the pool's snapshot yet publishes its pending batches
+// before it does, so each knows its place (a lost reply's found by the pool's mark)
+// when the snapshot is weighed against it. Loaded first, a lost reply was judged by
+// the snapshot's Seen alone, whose maker had forgotten it after a long partition:
+// applied again over the snapshot, it counted twice here.
+func TestAStoreNotYetLoadedCountsALostReplyOnceOverTheSnapshot(t *testing.T) {
+	_, client, pool := redisPools(t)
+	ctx := context.Background()
+	b := replica()
+	pb := pool("kb")
+	b.RecordHits([]string{"a.md"})
+	flushVia(t, b, pb) // pool keeps a snapshot
+	late, pl := replica(), pool("kb")
+	late.RecordHits([]string{"b.md"})
+	_ = late.FlushVia(ctx, loadFailsLostReply{pl}) // lands, reply lost; not loaded
+	flushVia(t, b, pb)
+	importanceIs(t, "replica b", b, "b.md", 53)
+
+	// twelve minutes of pool time; b forgets late's ID and offers a snapshot past it.
+	laterBatch(t, client, pb.stream, 12*time.Minute)
+	flushVia(t, b, pb)
+	if err := pb.SaveSnapshot(ctx, b.Cursor(), b.State); err != nil {
+		t.Fatal(err)
+	}
+	flushVia(t, late, pl) // back: loads the snapshot, then republishes
+	flushVia(t, late, pl)
+	flushVia(t, b, pb)
+	importanceIs(t, "replica b", b, "b.md", 53)
+	importanceIs(t, "late (lost reply)", late, "b.md", 53)
+}
+
+// The marks are pruned by idleness, not by trims: pruned once the hash passed maxMarks
+// during a partition, the mark of the cut-off replica went with the trimmed stream, and
+// its lost reply, published again, counted twice everywhere.
+func TestAMarkOutlivesAPartitionWhenTheMarksArePruned(t *testing.T) {
+	_, client, pool := redisPools(t)
+	ctx := context.Background()
+	a, b := replica(), replica()
+	pa, pb := pool("kb"), pool("kb")
+	b.RecordHits([]string{"a.md"})
+	flushVia(t, b, pb)
+	flushVia(t, a, pa)
+	a.RecordHits([]string{"b.md"})
+	_ = a.FlushVia(ctx, lostReplyReadFails{pa})
+	flushVia(t, b, pb)
+	importanceIs(t, "replica b", b, "b.md", 53)
+
+	longPartition(t, client, b, pb)
+	// stores of earlier loads (restarts, reloads) left their marks; one more publishes.
+	for i := range maxMarks {
+		client.HSet(ctx, pa.marks, fmt.Sprintf("old%d", i), "1 1-0")
+	}
+	b.RecordHits([]string{"c.md"})
+	flushVia(t, b, pb)
+	_ = a.FlushVia(ctx, pa)
+	flushVia(t, a, pa)
+	flushVia(t, b, pb)
+	importanceIs(t, "replica a", a, "b.md", 53)
+	importanceIs(t, "replica b", b, "b.md", 53)
+}
+
+// A query holds its snapshot of the knowledge base for its whole search and records
+// its hits at the end: those of a query that ends after a reload go to the store that
+// took the replaced one over. They went to the replaced store, drained and never
+// flushed again: lost everywhere.
+func TestHitsRecordedOnAReplacedStoreCountOnItsSuccessor(t *testing.T) {
+	_, _, pool := redisPools(t)
+	prev, p := replica(), pool("kb")
+	flushVia(t, prev, p)
+	next := replica()
+	prev.Retire()
+	next.TakeOver(prev)
+	prev.RecordHits([]string{"a.md"}) // the in-flight query finishes
+	flushVia(t, prev, p)
+	flushVia(t, next, p)
+	importanceIs(t, "the current store", next, "a.md", 53)
+}
+
+// A new stream (Redis restarted empty on a clock behind) that has passed a replica's
+// cursor by the time it reads: the cursor's entry missing between entries that are in
+// the stream names another stream, read from its start. Read on from the cursor, every
+// new entry stamped before it was skipped, and nothing said.
+func TestANewStreamPastTheCursorIsReadFromItsStart(t *testing.T) {
+	srv, client, pool := redisPools(t)
+	ctx := context.Background()
+	a, b := replica(), replica()
+	pa, pb := pool("kb"), pool("kb")
+	a.RecordHits([]string{"a.md"})
+	flushVia(t, a, pa)
+	flushVia(t, b, pb)
+	cursor := a.Cursor()
+	restartEmpty(t, srv, client)
+	ms, _ := splitID(cursor)
+	before := fmt.Sprintf("%d-0", ms-5000) // the new clock, 5 s behind
+	after := fmt.Sprintf("%d-0", ms+5000)  // ...and later past the cursor
+	client.XAdd(ctx, &redis.XAddArgs{Stream: pa.stream, ID: before, Values: []string{"b", `{"id":"c.1","h":{"b.md":1}}`, "p", "0-0"}})
+	client.XAdd(ctx, &redis.XAddArgs{Stream: pa.stream, ID: after, Values: []string{"b", `{"id":"c.2","h":{"c.md":1}}`, "p", before}})
+	flushVia(t, a, pa) // a was away while the new stream's clock was behind it
+	importanceIs(t, "replica a", a, "c.md", 53)
+	importanceIs(t, "replica a", a, "b.md", 53)
+}
+
+// A reload's store publishes under the name of the store it took over, numbering on:
+// the pool keeps one mark per search process, not one per reload.
+func TestAReloadPublishesUnderTheSameName(t *testing.T) {
+	_, client, pool := redisPools(t)
+	a, pa := replica(), pool("kb")
+	a.RecordHits([]string{"a.md"})
+	flushVia(t, a, pa)
+	next := replica()
+	next.TakeOver(a)
+	next.RecordHits([]string{"b.md"})
+	flushVia(t, next, pa)
+	if marks := client.HGetAll(context.Background(), pa.marks).Val(); len(marks) != 1 {
+		t.Errorf("marks %v after a reload, want one", marks)
+	}
+	importanceIs(t, "the reloaded store", next, "a.md", 53)
+	importanceIs(t, "the reloaded store", next, "b.md", 53)
 }

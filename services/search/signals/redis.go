@@ -59,13 +59,16 @@ func (p *RedisPool) Publish(ctx context.Context, b Batch) (string, error) {
 	replica, n, _ := strings.Cut(b.ID, ".")
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	return publishScript.Run(ctx, p.c, []string{p.stream, p.marks}, raw, MaxBatches, replica, n, maxMarks).Text()
+	return publishScript.Run(ctx, p.c, []string{p.stream, p.marks}, raw, MaxBatches, replica, n, maxMarks, markIdle.Milliseconds()).Text()
 }
 
-// maxMarks is how many replicas' marks the pool keeps before it forgets those whose
-// last batch was trimmed from the stream (every store, one per load of a knowledge
-// base, publishes under a name of its own).
-const maxMarks = 1024
+// Past maxMarks marks (one per search process that published: a reload keeps its
+// name, a restart takes a new one), the pool forgets those whose replica has published
+// nothing for markIdle: a partition that long may count a lost reply twice.
+const (
+	maxMarks = 1024
+	markIdle = 24 * time.Hour
+)
 
 // Read returns the batches after cursor, and whether any were trimmed before they
 // were read, in one script. Trimming removes the oldest entries, so while the cursor's
@@ -282,7 +285,8 @@ end
 // stream, trimmed to about ARGV[2] entries, with field p naming the entry before it
 // ("0-0" none), and returns its id; unless the replica's mark says a batch of that
 // number or a later one is in already, whose id it returns then. Past ARGV[5] marks,
-// those of batches trimmed from the stream are dropped. KEYS: stream, marks.
+// those of replicas idle for ARGV[6] ms (of the stream's clock) are dropped. KEYS:
+// stream, marks.
 var publishScript = redis.NewScript(cursorBefore + `
 local n = tonumber(ARGV[4])
 if n then
@@ -303,11 +307,11 @@ local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'b', ARGV[1]
 if n then
   redis.call('HSET', KEYS[2], ARGV[3], ARGV[4] .. ' ' .. id)
   if redis.call('HLEN', KEYS[2]) > tonumber(ARGV[5]) then
-    local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1][1]
+    local now = tonumber(string.match(id, '^(%d+)'))
     local marks = redis.call('HGETALL', KEYS[2])
     for i = 1, #marks, 2 do
-      local at = string.match(marks[i + 1], ' (.+)$')
-      if not at or before(at, first) then redis.call('HDEL', KEYS[2], marks[i]) end
+      local at = tonumber(string.match(marks[i + 1], ' (%d+)%-%d+$') or 0)
+      if now - at > tonumber(ARGV[6]) then redis.call('HDEL', KEYS[2], marks[i]) end
     end
   end
 end
@@ -323,9 +327,14 @@ if info.err then return {0, {}} end
 local f = {}
 for i = 1, #info, 2 do f[info[i]] = info[i + 1] end
 local cursor = ARGV[1]
-if before(f['last-generated-id'], cursor) then
-  -- No entry of this stream reached the cursor: it names an older stream (Redis
-  -- restarted empty, on a clock behind the old one's). Read this one from its start.
+local first = f['first-entry']
+if cursor ~= '0-0' and (before(f['last-generated-id'], cursor) or
+    (type(first) == 'table' and #first > 0 and before(first[1], cursor) and
+     #redis.call('XRANGE', KEYS[1], cursor, cursor) == 0)) then
+  -- No entry of this stream reached the cursor, or its entry is missing between
+  -- entries that are (a stream loses entries only at its front): the cursor names an
+  -- older stream (Redis restarted empty, on a clock behind the old one's). Read this
+  -- one from its start.
   cursor = '0-0'
 end
 local trimmed = 0

@@ -64,6 +64,9 @@ type Store struct {
 	shards   []shard
 	shardCap int
 	dropped  atomic.Uint64
+	// successor is the store that took this one's state over (TakeOver): the hits of
+	// queries that began on this one and end after the reload are counted there.
+	successor atomic.Pointer[Store]
 
 	// entries maps a path to an *atomic.Pointer[entry]. Get, on the query path, reads
 	// it without locks; writers (Seed, Flush, Restore) hold flushMu.
@@ -178,6 +181,10 @@ func (s *Store) Get(path string) Signal {
 // a blocked query costs latency. It keeps no reference to the slice.
 func (s *Store) RecordHits(paths []string) {
 	if len(paths) == 0 {
+		return
+	}
+	if next := s.successor.Load(); next != nil {
+		next.RecordHits(paths)
 		return
 	}
 	mask := uint32(len(s.shards) - 1)
