@@ -478,6 +478,10 @@ func (s *Store) Cursor() string {
 	return s.pool.cursor
 }
 
+// predecessorFor is how long a store drains the one it took over: longer than any
+// query that began on the old one runs (every query has a deadline far shorter).
+const predecessorFor = time.Minute
+
 // Retire waits for a flush of s under way, and makes later ones do nothing: s is about
 // to be replaced by a store that takes its state over (TakeOver), which then need not
 // wait on the pool while its caller holds locks of its own.
@@ -493,8 +497,15 @@ func (s *Store) Retire() {
 // applies or publishes at its next flush. A flush of prev under way is waited for
 // (Retire it first not to wait here).
 func (s *Store) TakeOver(prev *Store) {
+	// One store takes over one other, once, before it publishes: two stores publishing
+	// under one name would break the order the pool's marks rely on.
+	s.poolMu.Lock()
+	fresh := s.pool.published == 0 && len(s.pool.pending) == 0
+	s.poolMu.Unlock()
 	// From here prev's hits go to s; those recorded before are drained below.
-	prev.successor.Store(s)
+	if s == prev || !fresh || !prev.successor.CompareAndSwap(nil, s) {
+		panic("signals: TakeOver by a store that has published, or of a store taken over already")
+	}
 	prev.poolMu.Lock()
 	prev.flushMu.Lock()
 	pending := prev.drain()
@@ -509,6 +520,9 @@ func (s *Store) TakeOver(prev *Store) {
 	s.poolMu.Lock()
 	s.pool.replica, s.pool.published = replica, published
 	s.poolMu.Unlock()
+	s.flushMu.Lock()
+	s.predecessor, s.predecessorUntil = prev, s.now().Add(predecessorFor)
+	s.flushMu.Unlock()
 
 	s.Resume(state)
 	s.flushMu.Lock()

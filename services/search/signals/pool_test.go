@@ -243,36 +243,6 @@ func TestReplicasCarryOnAfterThePoolsRedisRestarts(t *testing.T) {
 	}
 }
 
-// A Redis restarted empty on a host whose clock is behind the old one's (a new node)
-// stamps the new stream's entries before the replicas' cursors: a cursor no entry of the
-// stream could have reached names another stream, and the replicas read the new one from
-// its start. They had read nothing until the new clock passed their cursors.
-func TestReplicasReadANewPoolWhoseClockIsBehind(t *testing.T) {
-	srv, client, pool := redisPools(t)
-	a, b := replica(), replica()
-	pa, pb := pool("kb"), pool("kb")
-	a.RecordHits([]string{"a.md"})
-	flushVia(t, a, pa)
-	flushVia(t, b, pb)
-	restartEmpty(t, srv, client)
-	// Another replica's batch, stamped by a clock an hour behind (XADD with the id the
-	// publish script would have got there).
-	behind := fmt.Sprintf("%d-0", time.Now().Add(-time.Hour).UnixMilli())
-	if err := client.XAdd(context.Background(), &redis.XAddArgs{Stream: pa.stream, ID: behind,
-		Values: []string{"b", `{"id":"c.1","h":{"b.md":1}}`, "p", "0-0"}}).Err(); err != nil {
-		t.Fatal(err)
-	}
-	flushVia(t, a, pa)
-	flushVia(t, b, pb)
-	for _, s := range []*Store{a, b} {
-		importanceIs(t, "after the restart", s, "a.md", 53)
-		importanceIs(t, "after the restart", s, "b.md", 53)
-	}
-	if cursor := a.Cursor(); cursor != behind {
-		t.Errorf("cursor %q after reading the new stream, want its entry %q", cursor, behind)
-	}
-}
-
 // lostReply is a pool whose publish reaches Redis but whose reply does not: a stall
 // past the deadline, a connection dropped after the write.
 type lostReply struct{ *RedisPool }

@@ -76,9 +76,14 @@ const (
 // were trimmed unless the first entry left is the one that followed it (each entry
 // names the one before it) or the stream's first ever (Redis restarted without
 // persistence: what was lost with it is not known, and the new stream lost nothing), or,
-// with the stream empty, unless the cursor was the last entry. A cursor past every id
-// the stream ever gave names an older stream (Redis restarted empty on a clock behind
-// the old one's): the stream is read from its start.
+// with the stream empty, unless the cursor was the last entry.
+//
+// A stream's ids alone cannot tell a new stream whose clock started behind a cursor
+// (Redis restarted empty on a slower clock) from the same stream after a failover lost
+// its last entries: read again from the start, the second would count every batch
+// twice. So a cursor is always read on from, and a new stream's entries stamped before
+// it are not read (NTP keeps clocks within milliseconds; a failover's lost entries are
+// lost to the replicas that had not read them).
 func (p *RedisPool) Read(ctx context.Context, cursor string, max int) ([]Pooled, bool, error) {
 	if !streamID.MatchString(cursor) {
 		// "" reads from the start, and so does a cursor that is no stream id (a hand
@@ -285,8 +290,8 @@ end
 // stream, trimmed to about ARGV[2] entries, with field p naming the entry before it
 // ("0-0" none), and returns its id; unless the replica's mark says a batch of that
 // number or a later one is in already, whose id it returns then. Past ARGV[5] marks,
-// those of replicas idle for ARGV[6] ms (of the stream's clock) are dropped. KEYS:
-// stream, marks.
+// those of replicas idle for ARGV[6] ms (of the stream's clock) are dropped, looked
+// for when a new replica's mark is added. KEYS: stream, marks.
 var publishScript = redis.NewScript(cursorBefore + `
 local n = tonumber(ARGV[4])
 if n then
@@ -305,8 +310,8 @@ if not info.err then
 end
 local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'b', ARGV[1], 'p', prev)
 if n then
-  redis.call('HSET', KEYS[2], ARGV[3], ARGV[4] .. ' ' .. id)
-  if redis.call('HLEN', KEYS[2]) > tonumber(ARGV[5]) then
+  local added = redis.call('HSET', KEYS[2], ARGV[3], ARGV[4] .. ' ' .. id)
+  if added == 1 and redis.call('HLEN', KEYS[2]) > tonumber(ARGV[5]) then
     local now = tonumber(string.match(id, '^(%d+)'))
     local marks = redis.call('HGETALL', KEYS[2])
     for i = 1, #marks, 2 do
@@ -327,16 +332,6 @@ if info.err then return {0, {}} end
 local f = {}
 for i = 1, #info, 2 do f[info[i]] = info[i + 1] end
 local cursor = ARGV[1]
-local first = f['first-entry']
-if cursor ~= '0-0' and (before(f['last-generated-id'], cursor) or
-    (type(first) == 'table' and #first > 0 and before(first[1], cursor) and
-     #redis.call('XRANGE', KEYS[1], cursor, cursor) == 0)) then
-  -- No entry of this stream reached the cursor, or its entry is missing between
-  -- entries that are (a stream loses entries only at its front): the cursor names an
-  -- older stream (Redis restarted empty, on a clock behind the old one's). Read this
-  -- one from its start.
-  cursor = '0-0'
-end
 local trimmed = 0
 if cursor == '0-0' or #redis.call('XRANGE', KEYS[1], cursor, cursor) == 0 then
   local first = f['first-entry']

@@ -65,8 +65,12 @@ type Store struct {
 	shardCap int
 	dropped  atomic.Uint64
 	// successor is the store that took this one's state over (TakeOver): the hits of
-	// queries that began on this one and end after the reload are counted there.
-	successor atomic.Pointer[Store]
+	// queries that began on this one and end after the reload are counted there. A
+	// hit recorded just as TakeOver ran can still land here: the successor drains its
+	// predecessor too until predecessorUntil (flushMu).
+	successor        atomic.Pointer[Store]
+	predecessor      *Store
+	predecessorUntil time.Time
 
 	// entries maps a path to an *atomic.Pointer[entry]. Get, on the query path, reads
 	// it without locks; writers (Seed, Flush, Restore) hold flushMu.
@@ -259,9 +263,26 @@ func (s *Store) flushed() {
 	}
 }
 
-// drain takes the hits and curations recorded since the last drain. Called under
-// flushMu.
+// drain takes the hits and curations recorded since the last drain, and those left in
+// the store this one took over (see successor). Called under flushMu.
 func (s *Store) drain() Batch {
+	b := s.drainOwn()
+	if p := s.predecessor; p != nil {
+		for path, n := range p.drainOwn().Hits {
+			if b.Hits == nil {
+				b.Hits = map[string]int{}
+			}
+			b.Hits[path] += n
+		}
+		if s.now().After(s.predecessorUntil) {
+			s.predecessor = nil
+		}
+	}
+	return b
+}
+
+// drainOwn is drain of this store's own counts.
+func (s *Store) drainOwn() Batch {
 	var b Batch
 	for i := range s.shards {
 		sh := &s.shards[i]
