@@ -1,7 +1,6 @@
 package kb_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,78 +8,8 @@ import (
 	"time"
 
 	"github.com/quarry-router/quarry/services/search/kb"
+	"github.com/quarry-router/quarry/services/search/tree/treetest"
 )
-
-// atomicVolume lays out and updates a folder the way the kubelet writes a ConfigMap,
-// Secret or projected volume (pkg/volume/util/atomic_writer.go): the files live in a
-// timestamped hidden folder, "..data" links to it, and every top-level name is a link
-// through "..data". An update writes a new timestamped folder, renames a new "..data"
-// link over the old one (the one atomic step), then adds and removes the top-level links
-// and the old folder.
-type atomicVolume struct {
-	t   *testing.T
-	dir string
-	n   int
-	cur string
-}
-
-func newAtomicVolume(t *testing.T, files map[string]string) *atomicVolume {
-	v := &atomicVolume{t: t, dir: t.TempDir()}
-	v.update(files)
-	return v
-}
-
-func (v *atomicVolume) update(files map[string]string) {
-	t := v.t
-	t.Helper()
-	v.n++
-	ts := fmt.Sprintf("..2026_11_27_10_00_%02d.%09d", v.n, v.n)
-	top := map[string]bool{}
-	for p, body := range files {
-		full := filepath.Join(v.dir, ts, filepath.FromSlash(p))
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		first, _, _ := strings.Cut(p, "/")
-		top[first] = true
-	}
-	tmp := filepath.Join(v.dir, "..data_tmp")
-	if err := os.Symlink(ts, tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(v.dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	for name := range top {
-		link := filepath.Join(v.dir, name)
-		if _, err := os.Lstat(link); err == nil {
-			continue
-		}
-		if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
-			t.Fatal(err)
-		}
-	}
-	entries, err := os.ReadDir(v.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), ".") && !top[e.Name()] {
-			if err := os.Remove(filepath.Join(v.dir, e.Name())); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if v.cur != "" {
-		if err := os.RemoveAll(filepath.Join(v.dir, v.cur)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	v.cur = ts
-}
 
 // A knowledge base shipped as a ConfigMap (or Secret, or projected volume) mounted as its
 // folder: every file there is a link, which the loader never follows, so the folder
@@ -110,8 +39,8 @@ func TestAKnowledgeBaseMountedFromAConfigMap(t *testing.T) {
 			cfg := defaultConfig(t)
 			cfg.Write.WatchDebounce = 20 * time.Millisecond
 			reg := newRegistry(t, cfg)
-			vol := newAtomicVolume(t, v1)
-			k := load(t, reg, "team", vol.dir)
+			vol := treetest.NewVolume(t, "", v1)
+			k := load(t, reg, "team", vol.Dir)
 			if want := docPaths(load(t, newRegistry(t, defaultConfig(t)), "x", writeTree(t, v1))); docPaths(k) != want {
 				t.Fatalf("loaded from the volume: %q, want %q", docPaths(k), want)
 			}
@@ -120,7 +49,7 @@ func TestAKnowledgeBaseMountedFromAConfigMap(t *testing.T) {
 			defer stop()
 			recv(t, ch)
 
-			vol.update(v2)
+			vol.Update(v2)
 			want := docPaths(load(t, newRegistry(t, defaultConfig(t)), "x", writeTree(t, v2)))
 			waitFor(t, reg, ch, func(k *kb.KB) bool { return docPaths(k) == want },
 				"the updated volume ("+want+")")
@@ -131,7 +60,7 @@ func TestAKnowledgeBaseMountedFromAConfigMap(t *testing.T) {
 
 			// And the next update too: the watch follows the new folder.
 			v3 := map[string]string{"pager.md": "# Pager\n\nThe pager is retired.\n"}
-			vol.update(v3)
+			vol.Update(v3)
 			waitFor(t, reg, ch, func(k *kb.KB) bool { return docPaths(k) == "pager.md" },
 				"the second update")
 		})
@@ -154,9 +83,9 @@ func TestAVolumesDataLinkNeverLeadsOutOfItsFolder(t *testing.T) {
 			cfg := defaultConfig(t)
 			cfg.Write.WatchDebounce = 20 * time.Millisecond
 			reg := newRegistry(t, cfg)
-			vol := newAtomicVolume(t, map[string]string{"pager.md": "# Pager\n\nThe pager rotates weekly.\n"})
+			vol := treetest.NewVolume(t, "", map[string]string{"pager.md": "# Pager\n\nThe pager rotates weekly.\n"})
 			outside := writeTree(t, map[string]string{"secret.md": "# Secret\n\nNot part of the knowledge base.\n"})
-			k := load(t, reg, "team", vol.dir)
+			k := load(t, reg, "team", vol.Dir)
 			if docPaths(k) != "pager.md" {
 				t.Fatalf("loaded %q", docPaths(k))
 			}
@@ -166,11 +95,11 @@ func TestAVolumesDataLinkNeverLeadsOutOfItsFolder(t *testing.T) {
 			recv(t, ch)
 
 			// "..data" is re-pointed out of the folder (the same rename the kubelet does).
-			tmp := filepath.Join(vol.dir, "..data_tmp")
+			tmp := filepath.Join(vol.Dir, "..data_tmp")
 			if err := os.Symlink(outside, tmp); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.Rename(tmp, filepath.Join(vol.dir, "..data")); err != nil {
+			if err := os.Rename(tmp, filepath.Join(vol.Dir, "..data")); err != nil {
 				t.Fatal(err)
 			}
 			deadline := time.After(time.Second) // many rescans and debounces
