@@ -38,7 +38,9 @@ func Normalise(q string) string {
 		}
 		b.WriteRune(unicode.ToLower(r))
 	}
-	return b.String()
+	// Lower-casing can make a letter and a mark that compose: "Y\u030a" has no composed
+	// capital, its lower case has one ("ẙ"). Composed again, the form is stable.
+	return compose(b.String())
 }
 
 // Words splits s on white space and punctuation into lower-case words. Letters, digits
@@ -51,7 +53,7 @@ func Normalise(q string) string {
 // It runs over every document of a knowledge base at load, so it lower-cases the text
 // once and slices words out of it instead of building each word rune by rune.
 func Words(s string) []string {
-	lower := strings.ToLower(compose(s))
+	lower := compose(strings.ToLower(compose(s))) // as Normalise: see there
 	words := make([]string, 0, len(lower)/6+1)
 	start, dropped := -1, false
 	flush := func(end int) {

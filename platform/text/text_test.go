@@ -90,7 +90,7 @@ func TestJaccard(t *testing.T) {
 }
 
 func FuzzTokens(f *testing.F) {
-	for _, s := range []string{"How do I rotate the JWT key?", "", "\x00\xff", "a/b c-d", "don't", "cafe\u0301 ｑｕｏｔａ", "ob\u00adserve a\u200bb \ufb01le"} {
+	for _, s := range []string{"How do I rotate the JWT key?", "", "\x00\xff", "a/b c-d", "don't", "cafe\u0301 ｑｕｏｔａ", "ob\u00adserve a\u200bb \ufb01le", "Y\u030a J\u030c"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
