@@ -49,7 +49,7 @@ const (
 
 	// schemaVersion is part of the stored fingerprint: bump it whenever the mapping or the
 	// way documents are turned into fields changes, so persisted indexes are rebuilt.
-	schemaVersion  = "quarry-bleve-2"
+	schemaVersion  = "quarry-bleve-3"
 	fingerprintKey = "quarry_fingerprint"
 	bm25Key        = "quarry_bm25_stats"
 	metaFile       = "index_meta.json"

@@ -9,21 +9,21 @@ import (
 	"github.com/quarry-router/quarry/services/search/engine"
 )
 
-// An index persisted by the previous schema (before quarry-bleve-2 changed the text
-// analysis) names the same tree but holds other terms: the upgrade must rebuild it, not
-// serve it.
+// An index persisted by the previous schema (before quarry-bleve-3 composed text again
+// after lower-casing it) names the same tree but may hold other terms: the upgrade must
+// rebuild it, not serve it.
 func TestAnIndexOfAnOlderSchemaIsRebuilt(t *testing.T) {
 	ctx := context.Background()
 	cfg := persisted(t, func(ix *Index, cfg Config) error {
 		// What the release before wrote: the same tree's fingerprint under its own schema.
-		return ix.idx.SetInternal([]byte(fingerprintKey), []byte("quarry-bleve-1\x00"+cfg.Fingerprint))
+		return ix.idx.SetInternal([]byte(fingerprintKey), []byte("quarry-bleve-2\x00"+cfg.Fingerprint))
 	})
 	again, err := Build(ctx, kb, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if again.Reused() {
-		t.Fatal("an index of schema quarry-bleve-1 was reused by " + schemaVersion)
+		t.Fatal("an index of schema quarry-bleve-2 was reused by " + schemaVersion)
 	}
 	if again.Len() != len(kb) {
 		t.Errorf("rebuilt index holds %d documents, want %d", again.Len(), len(kb))

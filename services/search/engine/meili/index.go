@@ -49,7 +49,7 @@ var ErrUnavailable = engine.ErrUnavailable
 
 // schemaVersion is part of every document's hash: bump it when the analysis or the
 // document shape changes, so the next start re-sends every document.
-const schemaVersion = "quarry-meili-2"
+const schemaVersion = "quarry-meili-3"
 
 // Field names of the documents.
 const (
