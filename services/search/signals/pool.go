@@ -30,7 +30,27 @@ type Edit struct {
 	Version string `json:"v"`
 }
 
-func (b Batch) empty() bool { return len(b.Hits) == 0 && len(b.Curations) == 0 && len(b.Edits) == 0 }
+func (b Batch) empty() bool { return b.paths() == 0 }
+
+// paths is how many paths the batch names (a path with hits and curations twice).
+func (b Batch) paths() int { return len(b.Hits) + len(b.Curations) + len(b.Edits) }
+
+// add adds o's hits, curations and edits to b.
+func (b *Batch) add(o Batch) {
+	for p, n := range o.Hits {
+		if b.Hits == nil {
+			b.Hits = map[string]int{}
+		}
+		b.Hits[p] += n
+	}
+	for p, n := range o.Curations {
+		if b.Curations == nil {
+			b.Curations = map[string]int{}
+		}
+		b.Curations[p] += n
+	}
+	b.Edits = append(b.Edits, o.Edits...)
+}
 
 // Pooled is a batch as its pool ordered and stamped it.
 type Pooled struct {
@@ -270,6 +290,10 @@ func (s *Store) read(ctx context.Context, p Pool, errs *[]error) error {
 // the rest, and b is then applied here alone (if not empty) and kept to try again.
 // Called under poolMu.
 func (s *Store) publish(ctx context.Context, p Pool, b Batch) error {
+	failed := func(q Batch, err error) error {
+		s.keepPending(b)
+		return fmt.Errorf("%w: publish %s (applied here only, to be published again): %w", ErrUnreachable, describe(q), err)
+	}
 	for i := range s.pool.pending {
 		q := &s.pool.pending[i]
 		if q.published() {
@@ -277,8 +301,7 @@ func (s *Store) publish(ctx context.Context, p Pool, b Batch) error {
 		}
 		entry, err := p.Publish(ctx, q.Batch)
 		if err != nil {
-			s.keepPending(b)
-			return fmt.Errorf("%w: publish %s (applied here only, to be published again): %w", ErrUnreachable, describe(q.Batch), err)
+			return failed(q.Batch, err)
 		}
 		q.Entry = entry
 		// Applied here already: when it is read back, its ID must still be seen,
@@ -291,8 +314,7 @@ func (s *Store) publish(ctx context.Context, p Pool, b Batch) error {
 		return nil
 	}
 	if _, err := p.Publish(ctx, b); err != nil {
-		s.keepPending(b)
-		return fmt.Errorf("%w: publish %s (applied here only, to be published again): %w", ErrUnreachable, describe(b), err)
+		return failed(b, err)
 	}
 	return nil
 }
@@ -311,12 +333,12 @@ func (s *Store) keepPending(b Batch) {
 	s.pool.pending = append(s.pool.pending, PendingBatch{Batch: b})
 	paths := 0
 	for _, pb := range s.pool.pending {
-		paths += len(pb.Hits) + len(pb.Curations) + len(pb.Edits)
+		paths += pb.paths()
 	}
 	drop := 0
 	for ; drop < len(s.pool.pending)-1 && (len(s.pool.pending)-drop > maxPending || paths > maxPendingPaths); drop++ {
 		old := s.pool.pending[drop]
-		paths -= len(old.Hits) + len(old.Curations) + len(old.Edits)
+		paths -= old.paths()
 		s.pool.dropped = append(s.pool.dropped, old.ID)
 	}
 	s.pool.pending = slices.Delete(s.pool.pending, 0, drop)
@@ -401,9 +423,6 @@ func (s *Store) loadSnapshot(ctx context.Context, p Pool) error {
 	}
 	clear(s.seen)
 	s.resumeLocked(snap)
-	// A store that read on from the snapshot's cursor would have pruned what it had
-	// seen on that minute (forgetSeen): so does this one, and the two agree.
-	s.forgotAt = snap.At.Truncate(time.Minute)
 	kept := s.pool.pending[:0]
 	for _, b := range s.pool.pending {
 		if b.published() && !cursorIsBefore(snap.Cursor, b.Entry) {
@@ -427,6 +446,11 @@ func (s *Store) loadSnapshot(ctx context.Context, p Pool) error {
 func (s *Store) learned() Snapshot {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
+	return s.learnedLocked()
+}
+
+// learnedLocked is learned under flushMu.
+func (s *Store) learnedLocked() Snapshot {
 	return Snapshot{Cursor: s.pool.cursor, At: s.pool.cursorAt, Records: s.Snapshot(), Seen: maps.Clone(s.seen)}
 }
 
@@ -457,7 +481,6 @@ func (s *Store) Resume(state Snapshot) {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
 	s.resumeLocked(state)
-	s.forgotAt = state.At.Truncate(time.Minute)
 	s.pool.pending = slices.Clone(state.Pending)
 }
 
@@ -468,6 +491,9 @@ func (s *Store) resumeLocked(state Snapshot) {
 	for k, at := range state.Seen {
 		s.seen[k] = at
 	}
+	// A store that read on to the cursor would have pruned what it had seen on that
+	// minute (forgetSeen): so does this one, and the two agree.
+	s.forgotAt = state.At.Truncate(time.Minute)
 }
 
 // Cursor is the last pooled batch this store applied ("" none): saved with its
@@ -492,54 +518,39 @@ func (s *Store) Retire() {
 }
 
 // TakeOver carries prev's state into s, which replaces it after a reload: what prev
-// learned (as Restore), where it had read its pool to, its batches the pool has not
-// confirmed, and the hits and curations it recorded but did not flush, which s
-// applies or publishes at its next flush. A flush of prev under way is waited for
-// (Retire it first not to wait here).
+// learned (as Restore), where it had read its pool to, and its batches the pool has not
+// confirmed. The hits and curations prev recorded but did not flush, and any that land
+// there later, s drains with its own (see successor). A flush of prev under way is
+// waited for (Retire it first not to wait here).
 func (s *Store) TakeOver(prev *Store) {
 	// One store takes over one other, once, before it publishes: two stores publishing
 	// under one name would break the order the pool's marks rely on.
 	s.poolMu.Lock()
 	fresh := s.pool.published == 0 && len(s.pool.pending) == 0
 	s.poolMu.Unlock()
-	// From here prev's hits go to s; those recorded before are drained below.
+	// From here prev's hits go to s.
 	if s == prev || !fresh || !prev.successor.CompareAndSwap(nil, s) {
 		panic("signals: TakeOver by a store that has published, or of a store taken over already")
 	}
 	prev.poolMu.Lock()
 	prev.flushMu.Lock()
-	pending := prev.drain()
-	state := Snapshot{Cursor: prev.pool.cursor, At: prev.pool.cursorAt, Records: prev.Snapshot(), Seen: maps.Clone(prev.seen), Pending: prev.pool.pending}
-	prev.pool.pending = nil
+	state := prev.learnedLocked()
+	state.Pending, prev.pool.pending = prev.pool.pending, nil
 	prev.pool.retired, prev.pool.replaced = true, true
 	// s publishes under prev's name, numbering on: one mark in the pool per process,
 	// not one per reload.
 	replica, published := prev.pool.replica, prev.pool.published
 	prev.flushMu.Unlock()
 	prev.poolMu.Unlock()
-	s.poolMu.Lock()
-	s.pool.replica, s.pool.published = replica, published
-	s.poolMu.Unlock()
-	s.flushMu.Lock()
-	s.predecessor, s.predecessorUntil = prev, s.now().Add(predecessorFor)
-	s.flushMu.Unlock()
 
-	s.Resume(state)
+	s.poolMu.Lock()
+	defer s.poolMu.Unlock()
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
-	// Into the first shard, past its cap: these hits were counted once already.
-	sh := &s.shards[0]
-	sh.mu.Lock()
-	for p, n := range pending.Hits {
-		sh.counts[p] += uint32(n)
-	}
-	sh.mu.Unlock()
-	s.curMu.Lock()
-	for p, n := range pending.Curations {
-		s.curations[p] += n
-	}
-	s.edits = append(s.edits, pending.Edits...)
-	s.curMu.Unlock()
+	s.resumeLocked(state)
+	s.pool.pending = state.Pending
+	s.pool.replica, s.pool.published = replica, published
+	s.predecessor, s.predecessorUntil = prev, s.now().Add(predecessorFor)
 }
 
 // describe says what a batch holds, for errors: "3 hits and 1 curation".

@@ -161,8 +161,7 @@ func (p *RedisPool) SnapshotAt(ctx context.Context) (time.Time, bool, error) {
 	case err != nil:
 		return time.Time{}, false, err
 	}
-	ms, _ := splitID(c)
-	return time.UnixMilli(int64(ms)), true, nil
+	return stamp(c), true, nil
 }
 
 // SaveSnapshot keeps build's snapshot unless the one kept is at or after cursor. The
@@ -223,9 +222,7 @@ func (p *RedisPool) LoadSnapshot(ctx context.Context, after string) (Snapshot, b
 		}
 		return Snapshot{}, false, fmt.Errorf("%w: %w; dropped, for the next offer to replace", ErrUnreadable, err)
 	}
-	s.Cursor = cursor
-	ms, _ := splitID(cursor)
-	s.At = time.UnixMilli(int64(ms))
+	s.Cursor, s.At = cursor, stamp(cursor)
 	return s, true, nil
 }
 
@@ -292,7 +289,7 @@ end
 // number or a later one is in already, whose id it returns then. Past ARGV[5] marks,
 // those of replicas idle for ARGV[6] ms (of the stream's clock) are dropped, looked
 // for when a new replica's mark is added. KEYS: stream, marks.
-var publishScript = redis.NewScript(cursorBefore + `
+var publishScript = redis.NewScript(`
 local n = tonumber(ARGV[4])
 if n then
   local mark = redis.call('HGET', KEYS[2], ARGV[3])
@@ -355,6 +352,12 @@ func cursorIsBefore(a, b string) bool {
 	am, as := splitID(a)
 	bm, bs := splitID(b)
 	return am < bm || (am == bm && as < bs)
+}
+
+// stamp is the pool's time a stream id carries.
+func stamp(id string) time.Time {
+	ms, _ := splitID(id)
+	return time.UnixMilli(int64(ms))
 }
 
 func splitID(id string) (ms, seq uint64) {

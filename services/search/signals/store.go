@@ -264,16 +264,14 @@ func (s *Store) flushed() {
 }
 
 // drain takes the hits and curations recorded since the last drain, and those left in
-// the store this one took over (see successor). Called under flushMu.
+// the store this one took over (see successor): those recorded before TakeOver, at the
+// first drain after it, and any that land there later. Called under flushMu.
 func (s *Store) drain() Batch {
 	b := s.drainOwn()
 	if p := s.predecessor; p != nil {
-		for path, n := range p.drainOwn().Hits {
-			if b.Hits == nil {
-				b.Hits = map[string]int{}
-			}
-			b.Hits[path] += n
-		}
+		p.flushMu.Lock()
+		b.add(p.drain())
+		p.flushMu.Unlock()
 		if s.now().After(s.predecessorUntil) {
 			s.predecessor = nil
 		}
