@@ -35,8 +35,7 @@ const (
 // (to a file or a folder, inside the tree or not) is skipped and recorded. The one
 // exception is a Kubernetes ConfigMap, Secret or projected volume, whose every name is a
 // link: it is read through its "..data" link, which must stay inside root (Tree.Root
-// names it). Hidden files
-// and folders and files not ending in ".md" are ignored. A file that is too large, not
+// names it). Hidden files and folders and files not ending in ".md" are ignored. A file that is too large, not
 // UTF-8, holds NUL bytes, or has front matter that fails to parse or sets an invalid
 // importance or maturity is skipped and recorded in Tree.Skipped with the reason; it
 // never fails the load. Load fails when root cannot be opened, when ctx ends, or when the
@@ -56,9 +55,9 @@ func Load(ctx context.Context, root string, cfg Config, log *slog.Logger) (*Tree
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", root, err)
 	}
-	if data, ok := volumeData(r); ok {
-		r.Close()
-		r, root = data, filepath.Join(root, volumeDataLink)
+	r, inVolume := throughVolume(r)
+	if inVolume {
+		root = filepath.Join(root, volumeDataLink)
 		log.Debug("reading a Kubernetes volume through its data link", "root", root)
 	}
 	defer r.Close()
@@ -80,7 +79,7 @@ func rootName(root string) string {
 	if abs, err := filepath.Abs(root); err == nil {
 		root = abs
 	}
-	if filepath.Base(root) == volumeDataLink {
+	if isVolumeData(root) {
 		root = filepath.Dir(root)
 	}
 	return filepath.Base(root)
@@ -111,18 +110,20 @@ func openRoot(root string) (*os.Root, error) {
 // isVolumeData reports whether root names a volume's data link.
 func isVolumeData(root string) bool { return filepath.Base(root) == volumeDataLink }
 
-// volumeData opens the folder a Kubernetes volume's data link names when r is such a
-// volume, since its visible names are links, which are never followed. The link is
-// resolved through r, so it cannot lead out of it.
-func volumeData(r *os.Root) (*os.Root, bool) {
+// throughVolume returns the folder to read for r: when r is a Kubernetes volume, whose
+// visible names are links, which are never followed, the folder its data link names
+// (r is closed), and true; otherwise r. The link is resolved through r, so it cannot
+// lead out of it.
+func throughVolume(r *os.Root) (*os.Root, bool) {
 	fi, err := r.Lstat(volumeDataLink)
 	if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
-		return nil, false
+		return r, false
 	}
 	data, err := r.OpenRoot(volumeDataLink)
 	if err != nil {
-		return nil, false
+		return r, false
 	}
+	r.Close()
 	return data, true
 }
 
@@ -309,10 +310,7 @@ func ReadFiles(ctx context.Context, root string, cfg Config) ([]File, []Skip, er
 	if err != nil {
 		return nil, nil, fmt.Errorf("read %s: %w", root, err)
 	}
-	if data, ok := volumeData(r); ok {
-		r.Close()
-		r = data
-	}
+	r, _ = throughVolume(r)
 	defer r.Close()
 	files, skips, err := readFiles(ctx, r, cfg)
 	if err != nil {
@@ -340,10 +338,7 @@ func ReadFilesBeneath(ctx context.Context, base, rel string, cfg Config) ([]File
 	if err != nil {
 		return nil, nil, fmt.Errorf("read %s: %w", rel, err)
 	}
-	if data, ok := volumeData(r); ok {
-		r.Close()
-		r = data
-	}
+	r, _ = throughVolume(r)
 	defer r.Close()
 	files, skips, err := readFiles(ctx, r, cfg)
 	if err != nil {
