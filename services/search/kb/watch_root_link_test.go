@@ -18,13 +18,7 @@ import (
 // restart. Both now follow the root (never a link below it), see a swap of the folder
 // the root names, and bring the index in line with the new folder in one generation.
 func TestEditsAndSwapsOfAKnowledgeBaseServedThroughALink(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		start func(*testing.T, *kb.Registry)
-	}{
-		{"watcher", watch},
-		{"rescan", func(t *testing.T, reg *kb.Registry) { poll(t, reg, 50*time.Millisecond) }},
-	} {
+	for _, tc := range followers {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := defaultConfig(t)
 			cfg.Write.WatchDebounce = 20 * time.Millisecond

@@ -28,13 +28,7 @@ func TestAKnowledgeBaseMountedFromAConfigMap(t *testing.T) {
 		"kafka/_index.md":   "# Kafka\n",
 		"runbook-oncall.md": "# On-call\n\nPage the secondary after ten minutes.\n",
 	}
-	for _, tc := range []struct {
-		name  string
-		start func(*testing.T, *kb.Registry)
-	}{
-		{"watcher", watch},
-		{"rescan", func(t *testing.T, reg *kb.Registry) { poll(t, reg, 50*time.Millisecond) }},
-	} {
+	for _, tc := range followers {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := defaultConfig(t)
 			cfg.Write.WatchDebounce = 20 * time.Millisecond
@@ -72,13 +66,7 @@ func TestAKnowledgeBaseMountedFromAConfigMap(t *testing.T) {
 // opened through the folder every time, not only at the first load, so the watcher's
 // and the rescans' reads, writes and reloads find nothing outside it.
 func TestAVolumesDataLinkNeverLeadsOutOfItsFolder(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		start func(*testing.T, *kb.Registry)
-	}{
-		{"watcher", watch},
-		{"rescan", func(t *testing.T, reg *kb.Registry) { poll(t, reg, 50*time.Millisecond) }},
-	} {
+	for _, tc := range followers {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := defaultConfig(t)
 			cfg.Write.WatchDebounce = 20 * time.Millisecond

@@ -31,6 +31,17 @@ func watch(t *testing.T, reg *kb.Registry) {
 	t.Cleanup(func() { cancel(); wait() })
 }
 
+// followers are the two ways the service follows the edits of a folder, for tests
+// that must hold for both: its watcher, and its rescans alone (as on a network volume,
+// which raises no events).
+var followers = []struct {
+	name  string
+	start func(*testing.T, *kb.Registry)
+}{
+	{"watcher", watch},
+	{"rescan", func(t *testing.T, reg *kb.Registry) { poll(t, reg, 50*time.Millisecond) }},
+}
+
 // poll starts the folder rescans and stops them when the test ends.
 func poll(t *testing.T, reg *kb.Registry, every time.Duration) {
 	t.Helper()
@@ -44,13 +55,7 @@ func poll(t *testing.T, reg *kb.Registry, every time.Duration) {
 // they happen; the rescans (alone here, as on a network volume that raises no events)
 // find them at their next pass.
 func TestWatchFoldersAppliesEditsMadeInTheFolder(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		start func(*testing.T, *kb.Registry)
-	}{
-		{"watcher", watch},
-		{"rescan", func(t *testing.T, reg *kb.Registry) { poll(t, reg, 50*time.Millisecond) }},
-	} {
+	for _, tc := range followers {
 		t.Run(tc.name, func(t *testing.T) { editsAreApplied(t, tc.start) })
 	}
 }
