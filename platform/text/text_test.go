@@ -122,7 +122,10 @@ func wordsReference(s string) []string {
 			b = b[:0]
 		}
 	}
-	for _, r := range strings.ToLower(norm.NFKC.String(s)) {
+	// Composed again after lower-casing, as Normalise does: lower-casing turns an
+	// invalid byte into U+FFFD, after which a mark NFKC had left alone ("\xf1\u0340")
+	// is normalised too.
+	for _, r := range norm.NFKC.String(strings.ToLower(norm.NFKC.String(s))) {
 		switch {
 		case unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r):
 			b = append(b, r)
@@ -136,7 +139,7 @@ func wordsReference(s string) []string {
 }
 
 func FuzzWordsMatchesReference(f *testing.F) {
-	for _, s := range []string{"Don't ROTATE the team's key", "auth/jwt: x-y_z", "’quoted’ it’s", "İstanbul ÉTÉ", "a''b", "\xff\xfe", "re\u0301sume\u0301 ＧＰＵ", "\ufb01x side\u200dcar a\u200bb \u00adx"} {
+	for _, s := range []string{"Don't ROTATE the team's key", "auth/jwt: x-y_z", "’quoted’ it’s", "İstanbul ÉTÉ", "a''b", "\xff\xfe", "re\u0301sume\u0301 ＧＰＵ", "\ufb01x side\u200dcar a\u200bb \u00adx", "\xf1\u0340"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
