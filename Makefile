@@ -136,7 +136,8 @@ redis-deps:
 # when Go 1.26's fuzz coordinator reports only its own deadline race (go.dev/issue/75804).
 FUZZTIME ?= 3s
 FUZZ_TARGETS := platform/text:FuzzTokens platform/text:FuzzWordsMatchesReference platform/kbid:FuzzValidMatchesTheRule \
-	services/search/tree:FuzzCleanPath services/search/tree:FuzzParseFrontMatter services/search/tree:FuzzParseScope
+	services/search/tree:FuzzCleanPath services/search/tree:FuzzParseFrontMatter services/search/tree:FuzzParseScope \
+	services/search/rank:FuzzReadCorpus
 fuzz:
 	@scripts/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)
 

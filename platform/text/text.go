@@ -13,6 +13,13 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
+// Version names what Words, IsStopWord and Stem return. Whatever is persisted from them
+// (a search service's term statistics, kept with its index) records it, and is computed
+// again when it differs. Bump it with any change to their output, including one that a
+// new Unicode table or stemmer release brings; TestVersionNamesTheOutput fails until
+// then.
+const Version = "1"
+
 // Normalise returns the exact-cache form of a query: lower case, trimmed, runs of white
 // space collapsed to one space (SPEC §2, T0). Text that looks the same has one form:
 // it is in Unicode compatibility composition (NFKC: a decomposed "é", a fullwidth "Ａ"

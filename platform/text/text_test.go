@@ -1,6 +1,11 @@
 package text
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -234,5 +239,30 @@ func TestCount(t *testing.T) {
 		if got := Count(tt.n, "entry", "entries"); got != tt.want {
 			t.Errorf("Count(%d) = %q, want %q", tt.n, got, tt.want)
 		}
+	}
+}
+
+// versionDigests records, for each Version, a digest of what Words, IsStopWord and Stem
+// return for testdata/version.txt.
+var versionDigests = map[string]string{
+	"1": "f1f99438939b46e64f41860936779fc8236b37329783e53cadf3fbeac302fc05",
+}
+
+// TestVersionNamesTheOutput fails when Words, IsStopWord or Stem return something else
+// for the same text while Version stays: persisted term statistics would then disagree
+// with what a service computes.
+func TestVersionNamesTheOutput(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "version.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	for _, w := range Words(string(data)) {
+		fmt.Fprintf(h, "%s %t %s\n", w, IsStopWord(w), Stem(w))
+	}
+	got := hex.EncodeToString(h.Sum(nil))
+	if want := versionDigests[Version]; got != want {
+		t.Errorf("Words, IsStopWord or Stem changed what they return (digest %s, want %q for Version %q): "+
+			"bump Version and record the new digest in versionDigests", got, want, Version)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -176,32 +177,41 @@ func (r *Registry) saveSignals(k *KB) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Join(r.cfg.DataDir, k.ID)
+	return replaceFile(filepath.Join(r.cfg.DataDir, k.ID), signalsFile, func(w io.Writer) error {
+		_, err := w.Write(raw)
+		return err
+	})
+}
+
+// replaceFile writes dir/name through a temporary file renamed over it, so that a
+// reader, or a restart after a crash or a power loss, finds the old file or the new one,
+// never a part of one.
+func replaceFile(dir, name string, write func(io.Writer) error) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".signals-*.tmp")
+	tmp, err := os.CreateTemp(dir, "."+name+"-*.tmp")
 	if err != nil {
 		return err
 	}
-	_, err = tmp.Write(raw)
+	err = write(tmp)
 	if err == nil {
 		// On disk before the rename: after a power loss the file is the old one or the
-		// new one, never an empty one that drops every learned signal.
+		// new one, never an empty one.
 		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, signalsFile))
+		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
 	}
 	if err != nil {
 		_ = os.Remove(tmp.Name())
 		return err
 	}
 	// The new name is an entry of dir: until dir is synced, a crash can bring back the
-	// older file, and with it signals already acknowledged as saved.
+	// older file (for signals, ones already acknowledged as saved).
 	return syncFolder(dir)
 }
 

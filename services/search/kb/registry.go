@@ -227,16 +227,20 @@ func (r *Registry) loadLocked(ctx context.Context, id, dir string) (*KB, error) 
 		docs = append(docs, engine.Doc{Path: d.Path, Title: d.Title, Content: d.Content, Folder: d.Folder(), Archived: d.Archived, Summary: d.Summary})
 	}
 	ecfg := r.cfg.Bleve
-	if r.cfg.DataDir != "" && r.cfg.Engine != EngineMeilisearch {
+	var fp string
+	if r.cfg.DataDir != "" {
+		fp = fingerprint(t)
+	}
+	if fp != "" && r.cfg.Engine != EngineMeilisearch {
 		// One directory per tree content: a changed tree is indexed beside the index the
 		// previous snapshot is still serving from, never over it.
-		ecfg.Fingerprint = fingerprint(t)
-		ecfg.Dir = filepath.Join(r.cfg.DataDir, id, ecfg.Fingerprint)
+		ecfg.Fingerprint = fp
+		ecfg.Dir = filepath.Join(r.cfg.DataDir, id, fp)
 	}
 	// The term statistics do not depend on the index: build them on the side while the
 	// engine indexes (the two are most of a cold load).
 	corpusc := make(chan *rank.Corpus, 1)
-	go func() { corpusc <- rank.NewCorpus(t.Docs) }()
+	go func() { corpusc <- r.loadCorpus(id, fp, t.Docs) }()
 	corpus := func() *rank.Corpus { c := <-corpusc; corpusc <- c; return c }
 	defer corpus() // never leave the goroutine behind, whatever path returns
 	if o := r.open[ecfg.Dir]; ecfg.Dir != "" && o != nil && o.dirty {

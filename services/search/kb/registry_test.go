@@ -170,6 +170,12 @@ func reused(t *testing.T, k *kb.KB) bool {
 
 // indexDirs lists the index folders persisted for one knowledge base.
 func indexDirs(t *testing.T, dataDir, id string) []string {
+	return dataDirEntries(t, dataDir, id, fs.DirEntry.IsDir)
+}
+
+// dataDirEntries lists the names in a knowledge base's folder of -data-dir that keep
+// says to.
+func dataDirEntries(t *testing.T, dataDir, id string, keep func(fs.DirEntry) bool) []string {
 	t.Helper()
 	entries, err := os.ReadDir(filepath.Join(dataDir, id))
 	if err != nil {
@@ -177,7 +183,7 @@ func indexDirs(t *testing.T, dataDir, id string) []string {
 	}
 	var out []string
 	for _, e := range entries {
-		if e.IsDir() {
+		if keep(e) {
 			out = append(out, e.Name())
 		}
 	}
@@ -509,6 +515,8 @@ func TestLearnedSignalsSurviveAReload(t *testing.T) {
 	}
 }
 
+// The index and the term statistics kept in -data-dir are reused for the same tree and
+// replaced for a changed one.
 func TestPersistedIndexIsReusedForTheSameTreeAndRebuiltForAChangedOne(t *testing.T) {
 	cfg := defaultConfig(t)
 	cfg.DataDir = t.TempDir()
@@ -534,18 +542,15 @@ func TestPersistedIndexIsReusedForTheSameTreeAndRebuiltForAChangedOne(t *testing
 		t.Errorf("search in the reused index = %v, want data/postgres/pgbouncer-pooling.md", hits)
 	}
 	reg2.Close()
+	kept := corpusFiles(t, cfg.DataDir, "platform")
+	// What a write a crash cut short leaves behind.
+	leftover := filepath.Join(cfg.DataDir, "platform", ".corpus-0123.tmp")
+	if err := os.WriteFile(leftover, []byte("part of a file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	const changed = "data/postgres/connection-limits.md"
-	f, err := os.OpenFile(filepath.Join(root, filepath.FromSlash(changed)), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteString("\nThe zorblatt pool sizer caps every replica.\n"); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	appendFile(t, filepath.Join(root, filepath.FromSlash(changed)), "\nThe zorblatt pool sizer caps every replica.\n")
 
 	reg3 := newRegistry(t, cfg)
 	k = load(t, reg3, "platform", root)
@@ -557,6 +562,13 @@ func TestPersistedIndexIsReusedForTheSameTreeAndRebuiltForAChangedOne(t *testing
 	}
 	if dirs := indexDirs(t, cfg.DataDir, "platform"); len(dirs) != 1 {
 		t.Errorf("index folders after the rebuild = %v, want only the current tree's", dirs)
+	}
+	// Its term statistics too: kept for the new tree alone.
+	if !k.Corpus.Contains(changed, "zorblatt") {
+		t.Error("the changed file's new word is not counted")
+	}
+	if now := corpusFiles(t, cfg.DataDir, "platform"); len(kept) != 1 || len(now) != 1 || now[0] == kept[0] {
+		t.Errorf("term statistics kept after the rebuild = %v, want one file other than %v", now, kept)
 	}
 }
 

@@ -1,0 +1,121 @@
+package rank
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/quarry-router/quarry/platform/text"
+	"github.com/quarry-router/quarry/services/search/tree"
+)
+
+// persistDocs has a path twice (the later wins, leaving a stem counted by no document)
+// and words outside ASCII, so the round trip covers the whole of a corpus's state.
+func persistDocs() []*tree.Document {
+	return append(corpusDocs(),
+		&tree.Document{Path: "ops/oncall.md", Title: "Straße und Café", Content: "Ελλάδα 東京 résumé ﬁle"},
+		&tree.Document{Path: "auth/sessions.md", Title: "Sessions", Content: "Replaced: idle sessions end."},
+	)
+}
+
+func encode(t testing.TB, c *Corpus, key string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := c.WriteTo(&b, key); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// A corpus read back is the corpus written: every field a query reads, alike.
+func TestCorpusRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		docs []*tree.Document
+	}{
+		{"documents", persistDocs()},
+		{"no documents", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := NewCorpus(tc.docs)
+			got, err := ReadCorpus(bytes.NewReader(encode(t, want, "fp")), "fp")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("read back:\n%+v\nwritten:\n%+v", got, want)
+			}
+		})
+	}
+	if c := NewCorpus(persistDocs()); c.DF("replac") != 1 || c.DF("refresh") != 1 {
+		t.Fatal("persistDocs no longer replaces a document")
+	}
+}
+
+// A corpus written for other documents, or by a version whose words or format differ,
+// is stale, not misread.
+func TestReadCorpusStale(t *testing.T) {
+	data := encode(t, NewCorpus(persistDocs()), "fp")
+	if _, err := ReadCorpus(bytes.NewReader(data), "other"); !errors.Is(err, ErrStale) {
+		t.Errorf("another key: err = %v, want ErrStale", err)
+	}
+	// The text version is stored as written; another one in its place is stale too
+	// (the checksum is recomputed so that only the version differs).
+	v := []byte(corpusMagic + "\x01" + string(rune(len(text.Version))) + text.Version)
+	other := bytes.Replace(data[:len(data)-4], v, []byte(corpusMagic+"\x01\x01~"), 1)
+	if bytes.Equal(other, data[:len(data)-4]) {
+		t.Fatal("version not found in the header")
+	}
+	if _, err := ReadCorpus(bytes.NewReader(withChecksum(other)), "fp"); !errors.Is(err, ErrStale) {
+		t.Errorf("another text version: err = %v, want ErrStale", err)
+	}
+}
+
+// Every damage to a file is an error, never a corpus that says something else.
+func TestReadCorpusDamaged(t *testing.T) {
+	data := encode(t, NewCorpus(persistDocs()), "fp")
+	check := func(name string, b []byte) {
+		t.Helper()
+		c, err := ReadCorpus(bytes.NewReader(b), "fp")
+		if err == nil || errors.Is(err, ErrStale) {
+			t.Errorf("%s: got %v, %v; want an error", name, c, err)
+		}
+	}
+	for n := range len(data) {
+		check("cut short", data[:n])
+	}
+	for i := range data {
+		b := bytes.Clone(data)
+		b[i] ^= 0x20
+		check("a byte changed", b)
+	}
+	check("a byte added", append(bytes.Clone(data), 0))
+	check("not a corpus", []byte(strings.Repeat("x", 100)))
+}
+
+// A damaged body under a valid checksum (a writer's bug, not the disk's) is refused by
+// the decoder's own checks.
+func FuzzReadCorpus(f *testing.F) {
+	data := encode(f, NewCorpus(persistDocs()), "fp")
+	f.Add(data[:len(data)-4])
+	f.Add(encode(f, NewCorpus(nil), "fp"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		c, err := ReadCorpus(bytes.NewReader(withChecksum(body)), "fp")
+		if err != nil {
+			return
+		}
+		// Whatever it accepts is a whole corpus: written again, it reads back the same.
+		again, err := ReadCorpus(bytes.NewReader(encode(t, c, "fp")), "fp")
+		if err != nil || !reflect.DeepEqual(again, c) {
+			t.Errorf("accepted %+v, which reads back as %+v, %v", c, again, err)
+		}
+	})
+}
+
+func withChecksum(body []byte) []byte {
+	return binary.BigEndian.AppendUint32(bytes.Clone(body), crc32.Checksum(body, castagnoli))
+}
