@@ -14,10 +14,10 @@ import (
 )
 
 // Version names what Words, IsStopWord and Stem return. Whatever is persisted from them
-// (a search service's term statistics, kept with its index) records it, and is computed
-// again when it differs. Bump it with any change to their output, including one that a
-// new Unicode table or stemmer release brings; TestVersionNamesTheOutput fails until
-// then.
+// (a search service's index and term statistics, a Meilisearch document's hash) records
+// it, and is rebuilt when it differs. Bump it with any change to their output, including
+// one that a new Unicode table or stemmer release brings; TestVersionNamesTheOutput
+// fails until then.
 const Version = "1"
 
 // Normalise returns the exact-cache form of a query: lower case, trimmed, runs of white

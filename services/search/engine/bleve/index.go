@@ -47,8 +47,9 @@ const (
 	analyzerName = "quarry_en"
 	stopListName = "quarry_stop"
 
-	// schemaVersion is part of the stored fingerprint: bump it whenever the mapping or the
-	// way documents are turned into fields changes, so persisted indexes are rebuilt.
+	// schemaVersion is part of the stored fingerprint, with text.Version: bump it whenever
+	// the mapping or the way documents are turned into fields changes, so persisted
+	// indexes are rebuilt.
 	schemaVersion  = "quarry-bleve-3"
 	fingerprintKey = "quarry_fingerprint"
 	bm25Key        = "quarry_bm25_stats"
@@ -167,7 +168,7 @@ func reopen(cfg Config) (*Index, error) {
 }
 
 func storedFingerprint(cfg Config) string {
-	return schemaVersion + "\x00" + cfg.Fingerprint
+	return schemaVersion + "\x00" + text.Version + "\x00" + cfg.Fingerprint
 }
 
 // storeDir is the folder scorch keeps its segments in, beside metaFile: a folder holding

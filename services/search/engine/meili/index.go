@@ -47,8 +47,8 @@ var ErrTaskFailed = errors.New("meilisearch task failed")
 // too_many_search_requests, or no answer within -meili-request-timeout).
 var ErrUnavailable = engine.ErrUnavailable
 
-// schemaVersion is part of every document's hash: bump it when the analysis or the
-// document shape changes, so the next start re-sends every document.
+// schemaVersion is part of every document's hash, with text.Version: bump it when the
+// analysis or the document shape changes, so the next start re-sends every document.
 const schemaVersion = "quarry-meili-3"
 
 // Field names of the documents.
@@ -1026,7 +1026,7 @@ func analyse(d engine.Doc, memo text.StemMemo) (document, []string) {
 		doc.Domain = doc.Folders[0]
 	}
 	raw, _ := json.Marshal(doc)
-	sum := sha256.Sum256(append([]byte(schemaVersion+"\x00"), raw...))
+	sum := sha256.Sum256(append([]byte(schemaVersion+"\x00"+text.Version+"\x00"), raw...))
 	doc.Hash = hex.EncodeToString(sum[:])
 	seen := make(map[string]struct{}, len(ts)+len(cs))
 	known := make([]string, 0, len(ts)+len(cs))
