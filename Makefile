@@ -137,7 +137,7 @@ redis-deps:
 FUZZTIME ?= 3s
 FUZZ_TARGETS := platform/text:FuzzTokens platform/text:FuzzWordsMatchesReference platform/kbid:FuzzValidMatchesTheRule \
 	services/search/tree:FuzzCleanPath services/search/tree:FuzzParseFrontMatter services/search/tree:FuzzParseScope \
-	services/search/rank:FuzzReadCorpus
+	services/search/tree:FuzzFastFrontMatterMatchesYAML services/search/rank:FuzzReadCorpus
 fuzz:
 	@scripts/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)
 

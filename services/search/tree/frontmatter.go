@@ -79,6 +79,12 @@ func trimCR(b []byte) []byte { return bytes.TrimSuffix(b, []byte("\r")) }
 // so that anchors and aliases (the only way to make a small YAML document expand into a
 // huge one) and deep nesting are refused before anything is decoded.
 func parseFrontMatter(src []byte) (fm frontMatter, err error) {
+	return decodeFrontMatter(src, true)
+}
+
+// decodeFrontMatter is parseFrontMatter, through fastFrontMatter when fast is set and
+// it reads src.
+func decodeFrontMatter(src []byte, fast bool) (fm frontMatter, err error) {
 	defer func() {
 		// yaml.v3 recovers its own panics; this guards the node walk below against
 		// shapes it did not anticipate, so a hostile file can never take the loader down.
@@ -86,14 +92,20 @@ func parseFrontMatter(src []byte) (fm frontMatter, err error) {
 			err = fmt.Errorf("%w: unparseable: %v", errFrontMatter, r)
 		}
 	}()
-	var doc yaml.Node
-	if err := yaml.Unmarshal(src, &doc); err != nil {
-		return fm, fmt.Errorf("%w: %v", errFrontMatter, err)
+	doc, ok := (*yaml.Node)(nil), false
+	if fast {
+		doc, ok = fastFrontMatter(src)
+	}
+	if !ok {
+		doc = new(yaml.Node)
+		if err := yaml.Unmarshal(src, doc); err != nil {
+			return fm, fmt.Errorf("%w: %v", errFrontMatter, err)
+		}
 	}
 	if doc.Kind == 0 {
 		return fm, nil // empty block
 	}
-	if err := checkNode(&doc, 0); err != nil {
+	if err := checkNode(doc, 0); err != nil {
 		return fm, err
 	}
 	if len(doc.Content) != 1 {
