@@ -54,10 +54,14 @@ func fastFrontMatter(src []byte) (doc *yaml.Node, ok bool) {
 	return &yaml.Node{Kind: yaml.DocumentNode, Line: top.Line, Column: 1, Content: []*yaml.Node{top}}, true
 }
 
+// maxImplicitKey is the longest key YAML reads without a "?" (YAML 1.2, 7.4.2): its
+// colon must come within 1,024 characters.
+const maxImplicitKey = 1024
+
 // fastKey splits "key:" and what follows it. A key is ASCII letters, digits, "_" and
 // "-", starting with a letter.
 func fastKey(line string) (key, rest string, ok bool) {
-	for i := 0; i < len(line); i++ {
+	for i := 0; i < len(line) && i <= maxImplicitKey; i++ {
 		c := line[i]
 		switch {
 		case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':

@@ -34,6 +34,7 @@ var fastCases = []struct {
 	{"a URL", "source: https://example.com/a/b\n", true},
 	{"non-ASCII words", "title: Straße über Café 東京\n", true},
 	{"a decomposed letter", "title: cafe\u0301\n", true},
+	{"the longest key YAML reads", strings.Repeat("k", 1024) + ": v\n", true},
 
 	{"a comment", "title: x # note\n", false},
 	{"a comment line", "# note\ntitle: x\n", false},
@@ -57,6 +58,7 @@ var fastCases = []struct {
 	{"a duplicate key", "title: a\ntitle: b\n", false},
 	{"a multi-line value", "title: a\n  b\n", false},
 	{"a directive", "%YAML 1.2\n", false},
+	{"a key too long for YAML", strings.Repeat("k", 1025) + ": v\n", false},
 	{"a no-break space", "title: a\u00a0b\n", false},
 	{"a line separator", "title: a\u2028b\n", false},
 }
