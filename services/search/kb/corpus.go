@@ -1,6 +1,7 @@
 package kb
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -22,17 +23,16 @@ const corpusPrefix = "corpus-"
 // With a -data-dir they are read from there when a previous start kept them for the
 // same content, and kept there when computed: tokenising and stemming every document was
 // half of what a restart spent before it answered. Keeping them is best effort: a
-// failure costs the next start that time, never this load. The caller holds loadMu.
-func (r *Registry) loadCorpus(id, fp string, docs []*tree.Document) *rank.Corpus {
+// failure costs the next start that time, never this load; a load given up (ctx done)
+// keeps nothing. The caller holds loadMu.
+func (r *Registry) loadCorpus(ctx context.Context, id, fp string, docs []*tree.Document) *rank.Corpus {
 	if r.cfg.DataDir == "" {
 		return rank.NewCorpus(docs)
 	}
 	dir := filepath.Join(r.cfg.DataDir, id)
-	name := corpusPrefix + fp
-	c, err := readCorpus(filepath.Join(dir, name), fp)
+	c, err := readCorpus(filepath.Join(dir, corpusPrefix+fp), fp)
 	switch {
 	case err == nil && c.N() == len(docs):
-		r.removeStaleCorpora(id, name)
 		return c
 	case err == nil:
 		r.log.Warn("kept term statistics count other documents; computing them", "kb", id, "documents", len(docs), "kept", c.N())
@@ -42,10 +42,12 @@ func (r *Registry) loadCorpus(id, fp string, docs []*tree.Document) *rank.Corpus
 		r.log.Warn("kept term statistics unreadable; computing them", "kb", id, "err", err)
 	}
 	c = rank.NewCorpus(docs)
-	if err := replaceFile(dir, name, func(w io.Writer) error { return c.WriteTo(w, fp) }); err != nil {
+	if ctx.Err() != nil {
+		return c
+	}
+	if err := replaceFile(dir, corpusPrefix+fp, func(w io.Writer) error { return c.WriteTo(w, fp) }); err != nil {
 		r.log.Warn("keep term statistics", "kb", id, "err", err)
 	}
-	r.removeStaleCorpora(id, name)
 	return c
 }
 
@@ -63,8 +65,10 @@ func readCorpus(path, fp string) (*rank.Corpus, error) {
 }
 
 // removeStaleCorpora deletes the term statistics kept for a knowledge base's earlier
-// contents, and the leftovers of writes a crash interrupted: only keep is read again.
-func (r *Registry) removeStaleCorpora(id, keep string) {
+// contents, and what writes a crash cut short left of them: every file named as
+// loadCorpus and replaceFile name them but the one for fp. Nothing else is touched, even
+// with a -data-dir that holds other files.
+func (r *Registry) removeStaleCorpora(id, fp string) {
 	dir := filepath.Join(r.cfg.DataDir, id)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -72,11 +76,35 @@ func (r *Registry) removeStaleCorpora(id, keep string) {
 	}
 	for _, e := range entries {
 		n := e.Name()
-		if n == keep || e.IsDir() || !strings.HasPrefix(strings.TrimPrefix(n, "."), corpusPrefix) {
+		kept, ok := corpusFingerprint(n)
+		if !ok || kept == fp || !e.Type().IsRegular() {
 			continue
 		}
 		if err := os.Remove(filepath.Join(dir, n)); err != nil {
 			r.log.Warn("remove stale term statistics", "kb", id, "file", n, "err", err)
 		}
 	}
+}
+
+// corpusFingerprint returns the fingerprint in the name of a kept corpus,
+// corpus-<fingerprint>, or of a temporary file replaceFile left of one,
+// .corpus-<fingerprint>-<random>.tmp.
+func corpusFingerprint(name string) (string, bool) {
+	tmp := strings.HasPrefix(name, ".")
+	name = strings.TrimPrefix(strings.TrimPrefix(name, "."), corpusPrefix)
+	if len(name) < fingerprintLen {
+		return "", false
+	}
+	fp, rest := name[:fingerprintLen], name[fingerprintLen:]
+	if strings.Trim(fp, "0123456789abcdef") != "" {
+		return "", false
+	}
+	if tmp {
+		if !strings.HasPrefix(rest, "-") || !strings.HasSuffix(rest, ".tmp") {
+			return "", false
+		}
+	} else if rest != "" {
+		return "", false
+	}
+	return fp, true
 }

@@ -240,7 +240,7 @@ func (r *Registry) loadLocked(ctx context.Context, id, dir string) (*KB, error) 
 	// The term statistics do not depend on the index: build them on the side while the
 	// engine indexes (the two are most of a cold load).
 	corpusc := make(chan *rank.Corpus, 1)
-	go func() { corpusc <- r.loadCorpus(id, fp, t.Docs) }()
+	go func() { corpusc <- r.loadCorpus(ctx, id, fp, t.Docs) }()
 	corpus := func() *rank.Corpus { c := <-corpusc; corpusc <- c; return c }
 	defer corpus() // never leave the goroutine behind, whatever path returns
 	if o := r.open[ecfg.Dir]; ecfg.Dir != "" && o != nil && o.dirty {
@@ -326,6 +326,9 @@ func (r *Registry) loadLocked(ctx context.Context, id, dir string) (*KB, error) 
 	}
 	if ecfg.Dir != "" {
 		r.removeStaleLocked(id)
+	}
+	if fp != "" {
+		r.removeStaleCorpora(id, fp)
 	}
 	r.log.Info("knowledge base loaded", "kb", id, "generation", k.Generation, "documents", t.Len(),
 		"skipped", len(t.Skipped), "took", time.Since(start).Round(time.Millisecond))
@@ -559,6 +562,9 @@ func contentVersion(salt string, t *tree.Tree) uint64 {
 	h.Write(buf)
 	return binary.BigEndian.Uint64(h.Sum(nil)) | 1<<63
 }
+
+// fingerprintLen is the length of a fingerprint: a SHA-256 in hex.
+const fingerprintLen = 64
 
 // fingerprint identifies a tree's content, so a persisted index is reused only for the
 // tree it was built from.

@@ -543,10 +543,13 @@ func TestPersistedIndexIsReusedForTheSameTreeAndRebuiltForAChangedOne(t *testing
 	}
 	reg2.Close()
 	kept := corpusFiles(t, cfg.DataDir, "platform")
-	// What a write a crash cut short leaves behind.
-	leftover := filepath.Join(cfg.DataDir, "platform", ".corpus-0123.tmp")
-	if err := os.WriteFile(leftover, []byte("part of a file"), 0o644); err != nil {
-		t.Fatal(err)
+	// What a write a crash cut short leaves behind, to be removed, and files that only
+	// look alike, to be left alone (a -data-dir may hold anything).
+	others := []string{"corpus-linguistics.md", "corpus-" + strings.Repeat("a", 63), ".corpus-" + strings.Repeat("b", 64) + ".tmp"}
+	for _, name := range append([]string{".corpus-" + strings.Repeat("c", 64) + "-123.tmp"}, others...) {
+		if err := os.WriteFile(filepath.Join(cfg.DataDir, "platform", name), []byte("part of a file"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	const changed = "data/postgres/connection-limits.md"
@@ -567,8 +570,14 @@ func TestPersistedIndexIsReusedForTheSameTreeAndRebuiltForAChangedOne(t *testing
 	if !k.Corpus.Contains(changed, "zorblatt") {
 		t.Error("the changed file's new word is not counted")
 	}
-	if now := corpusFiles(t, cfg.DataDir, "platform"); len(kept) != 1 || len(now) != 1 || now[0] == kept[0] {
+	now := corpusFiles(t, cfg.DataDir, "platform")
+	if now = slices.DeleteFunc(now, func(n string) bool { return slices.Contains(others, n) }); len(kept) != 1 || len(now) != 1 || now[0] == kept[0] {
 		t.Errorf("term statistics kept after the rebuild = %v, want one file other than %v", now, kept)
+	}
+	for _, name := range others {
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, "platform", name)); err != nil {
+			t.Errorf("a file not kept by the service is gone: %v", err)
+		}
 	}
 }
 

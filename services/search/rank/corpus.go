@@ -114,7 +114,8 @@ func DocStems(d *tree.Document) []string {
 	return text.Stems(nonStop(text.Words(b.String())))
 }
 
-// docStems is DocStems with a memo of stems already computed.
+// docStems is DocStems with a memo of stems already computed. Corpora are kept on disk
+// (persist.go): a change to what it returns needs a new corpusFormat.
 func docStems(d *tree.Document, memo text.StemMemo) []string {
 	words := text.Words(d.Title + " " + engine.PathText(d.Path) + " " + d.Content)
 	seen := make(map[string]struct{}, 256)

@@ -22,7 +22,11 @@ import (
 //	documents (paths and term ids ascending) uvarint count, then each path and its ids, deltas
 //	CRC-32C of everything before it          4 bytes, big endian
 const (
-	corpusMagic  = "quarry-corpus\n"
+	corpusMagic = "quarry-corpus\n"
+	// corpusFormat names the layout and how a document's stems are derived (docStems,
+	// engine.PathText); text.Version, written beside it, names the words and stems.
+	// Bump it with a change to either: TestCorpusFormatNamesTheDerivation fails until
+	// then.
 	corpusFormat = 1
 )
 
@@ -135,8 +139,11 @@ func (d *corpusReader) count() int {
 }
 
 func (d *corpusReader) corpus(key string) (*Corpus, error) {
-	if format, version, k := d.uint(), d.string(), d.string(); d.err == nil &&
-		(format != corpusFormat || version != text.Version || k != key) {
+	// The format first: another one may lay out even the rest of the header otherwise.
+	if format := d.uint(); d.err == nil && format != corpusFormat {
+		return nil, ErrStale
+	}
+	if version, k := d.string(), d.string(); d.err == nil && (version != text.Version || k != key) {
 		return nil, ErrStale
 	}
 	nstems := d.count()

@@ -2,8 +2,11 @@ package rank
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"reflect"
 	"strings"
@@ -13,12 +16,14 @@ import (
 	"github.com/quarry-router/quarry/services/search/tree"
 )
 
-// persistDocs has a path twice (the later wins, leaving a stem counted by no document)
-// and words outside ASCII, so the round trip covers the whole of a corpus's state.
+// persistDocs has a path twice (the later wins, leaving a stem counted by no document),
+// words outside ASCII, and the paths PathText treats apart (_archived, .stub, _index),
+// so the round trip covers the whole of a corpus's state.
 func persistDocs() []*tree.Document {
 	return append(corpusDocs(),
 		&tree.Document{Path: "ops/oncall.md", Title: "Straße und Café", Content: "Ελλάδα 東京 résumé ﬁle"},
 		&tree.Document{Path: "auth/sessions.md", Title: "Sessions", Content: "Replaced: idle sessions end."},
+		&tree.Document{Path: "ops/_index.md", Title: "Operations", Content: "Runbooks.", Summary: true},
 	)
 }
 
@@ -73,6 +78,11 @@ func TestReadCorpusStale(t *testing.T) {
 	if _, err := ReadCorpus(bytes.NewReader(withChecksum(other)), "fp"); !errors.Is(err, ErrStale) {
 		t.Errorf("another text version: err = %v, want ErrStale", err)
 	}
+	// Another format is stale however it lays out the rest.
+	future := []byte(corpusMagic + "\x02\xff\xff\xff\xff\xff")
+	if _, err := ReadCorpus(bytes.NewReader(withChecksum(future)), "fp"); !errors.Is(err, ErrStale) {
+		t.Errorf("another format: err = %v, want ErrStale", err)
+	}
 }
 
 // Every damage to a file is an error, never a corpus that says something else.
@@ -118,4 +128,23 @@ func FuzzReadCorpus(f *testing.F) {
 
 func withChecksum(body []byte) []byte {
 	return binary.BigEndian.AppendUint32(bytes.Clone(body), crc32.Checksum(body, castagnoli))
+}
+
+// corpusDigests records, for each corpusFormat and text.Version, a digest of the corpus
+// persistDocs make, as WriteTo writes it.
+var corpusDigests = map[string]string{
+	"1/1": "3eeaaa8637bc8de459a8b5a169e579cdd18c6940b00a1a7e37e2950d20c11f95",
+}
+
+// TestCorpusFormatNamesTheDerivation fails when the stems a corpus holds for the same
+// documents change while corpusFormat and text.Version stay: a restart would then read
+// kept statistics that differ from what it computes.
+func TestCorpusFormatNamesTheDerivation(t *testing.T) {
+	sum := sha256.Sum256(encode(t, NewCorpus(persistDocs()), "fp"))
+	got := hex.EncodeToString(sum[:])
+	v := fmt.Sprintf("%d/%s", corpusFormat, text.Version)
+	if want := corpusDigests[v]; got != want {
+		t.Errorf("the corpus of the same documents changed (digest %s, want %q for %s): "+
+			"bump corpusFormat (or text.Version) and record the new digest in corpusDigests", got, want, v)
+	}
 }
