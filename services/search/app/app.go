@@ -103,7 +103,56 @@ func (c *Config) Validate() error {
 	if c.ShareSignals {
 		errs = append(errs, c.Redis.Validate())
 	}
+	errs = append(errs, c.dataDirApart())
 	return errors.Join(append(errs, c.TLS.Validate(), c.Limits.Validate(), c.Serve.Validate(), c.Load.Validate(), c.Resolve.Validate())...)
+}
+
+// dataDirApart refuses a -data-dir that is, holds or lies in a knowledge base's folder
+// (or -kb-root): the service writes indexes, term statistics and signals there, which a
+// watched folder would then read as edits to its tree, and it removes what it wrote.
+func (c *Config) dataDirApart() error {
+	if c.Load.DataDir == "" {
+		return nil
+	}
+	data := absPath(c.Load.DataDir)
+	folders := []string{c.KBRoot}
+	for _, dir := range c.KBs {
+		folders = append(folders, dir)
+	}
+	for _, f := range folders {
+		if f == "" {
+			continue
+		}
+		if dir := absPath(f); within(data, dir) || within(dir, data) {
+			return fmt.Errorf("-data-dir %s overlaps the knowledge base folder %s: give the service a folder of its own", c.Load.DataDir, f)
+		}
+	}
+	return nil
+}
+
+// absPath returns p absolute, clean and with the symbolic links of its longest existing
+// part resolved (a -data-dir is created at start), so two spellings of one folder
+// compare equal.
+func absPath(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		p = abs
+	}
+	rest := ""
+	for dir := filepath.Clean(p); ; dir = filepath.Dir(dir) {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(real, rest)
+		}
+		if filepath.Dir(dir) == dir {
+			return filepath.Clean(p)
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+	}
+}
+
+// within reports whether path is dir or lies beneath it.
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // kbFlag collects -kb id=folder values.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,4 +147,66 @@ func TestGoBuildIDNamesThisBuild(t *testing.T) {
 	if id != goBuildID() {
 		t.Fatal("the build ID changed between two reads")
 	}
+}
+
+// The service writes and removes files in -data-dir: it must not be a knowledge base's
+// folder, lie in one, or hold one.
+func TestDataDirApartFromTheKnowledgeBases(t *testing.T) {
+	base := t.TempDir()
+	kbDir := filepath.Join(base, "kbs", "platform")
+	if err := os.MkdirAll(kbDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(kbDir, filepath.Join(base, "link")); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		ok   bool
+	}{
+		{"a folder of its own", []string{"-kb", "platform=" + kbDir, "-data-dir", filepath.Join(base, "data")}, true},
+		{"a sibling whose name starts alike", []string{"-kb", "platform=" + kbDir, "-data-dir", kbDir + "-data"}, true},
+		{"the knowledge base's folder", []string{"-kb", "platform=" + kbDir, "-data-dir", kbDir}, false},
+		{"inside the knowledge base", []string{"-kb", "platform=" + kbDir, "-data-dir", filepath.Join(kbDir, ".index")}, false},
+		{"holding the knowledge base", []string{"-kb", "platform=" + kbDir, "-data-dir", filepath.Join(base, "kbs")}, false},
+		{"-kb-root itself", []string{"-kb-root", filepath.Join(base, "kbs"), "-data-dir", filepath.Join(base, "kbs")}, false},
+		{"through a symbolic link", []string{"-kb", "platform=" + kbDir, "-data-dir", filepath.Join(base, "link", "data")}, false},
+		{"a relative spelling", []string{"-kb", "platform=" + kbDir, "-data-dir", relTo(t, kbDir)}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("search", flag.ContinueOnError)
+			var cfg Config
+			cfg.RegisterFlags(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			err := cfg.Validate()
+			if tc.ok != (err == nil) || err != nil && !strings.Contains(err.Error(), "-data-dir") {
+				t.Errorf("Validate() = %v, want ok %v", err, tc.ok)
+			}
+		})
+	}
+	// The service refuses to start so, before it writes anything.
+	err := Run(context.Background(), []string{"-listen", "127.0.0.1:0", "-kb", "platform=" + kbDir, "-data-dir", kbDir}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if err == nil || !strings.Contains(err.Error(), "overlaps the knowledge base folder") {
+		t.Errorf("Run = %v, want the overlap refused", err)
+	}
+	if entries, _ := os.ReadDir(kbDir); len(entries) != 0 {
+		t.Errorf("the knowledge base folder holds %d entries after a refused start", len(entries))
+	}
+}
+
+func relTo(t *testing.T, dir string) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(wd, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rel
 }
