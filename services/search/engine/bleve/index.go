@@ -16,7 +16,6 @@ import (
 	"unicode/utf8"
 
 	blevesearch "github.com/blevesearch/bleve/v2"
-	"github.com/blevesearch/bleve/v2/analysis/lang/en"
 	"github.com/blevesearch/bleve/v2/analysis/token/lowercase"
 	"github.com/blevesearch/bleve/v2/analysis/token/stop"
 	"github.com/blevesearch/bleve/v2/analysis/tokenizer/whitespace"
@@ -316,8 +315,8 @@ func newMapping() (*mapping.IndexMappingImpl, error) {
 		tokens[i] = w
 	}
 	// The platform stop list, not Bleve's: a query word the query path drops must be one
-	// the index dropped too. Stemming is Snowball, like text.Stem (Bleve's stock "en"
-	// analyzer uses the older Porter stemmer, whose stems differ).
+	// the index dropped too. Stemming is Snowball, text.Stem itself (stem.go; Bleve's
+	// stock "en" analyzer uses the older Porter stemmer, whose stems differ).
 	if err := m.AddCustomTokenMap(stopListName, map[string]any{
 		"type":   tokenmap.Name,
 		"tokens": tokens,
@@ -335,7 +334,7 @@ func newMapping() (*mapping.IndexMappingImpl, error) {
 	if err := m.AddCustomAnalyzer(analyzerName, map[string]any{
 		"type":          laneAnalyzer,
 		"tokenizer":     whitespace.Name,
-		"token_filters": []any{lowercase.Name, stopListName, en.SnowballStemmerName},
+		"token_filters": []any{lowercase.Name, stopListName, stemFilter},
 	}); err != nil {
 		return nil, err
 	}
