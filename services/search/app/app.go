@@ -9,10 +9,12 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -110,43 +112,57 @@ func (c *Config) Validate() error {
 // dataDirApart refuses a -data-dir that is, holds or lies in a knowledge base's folder
 // (or -kb-root): the service writes indexes, term statistics and signals there, which a
 // watched folder would then read as edits to its tree, and it removes what it wrote.
+// Validate checks the folders the flags name; Run checks again the ones -kb-root's
+// entries link to.
 func (c *Config) dataDirApart() error {
-	if c.Load.DataDir == "" {
-		return nil
-	}
-	data := absPath(c.Load.DataDir)
 	folders := []string{c.KBRoot}
 	for _, dir := range c.KBs {
 		folders = append(folders, dir)
 	}
+	return dataDirApart(c.Load.DataDir, folders)
+}
+
+func dataDirApart(dataDir string, folders []string) error {
+	if dataDir == "" {
+		return nil
+	}
+	data := absPath(dataDir)
+	slices.Sort(folders) // the same folder named whatever the map's order
 	for _, f := range folders {
 		if f == "" {
 			continue
 		}
 		if dir := absPath(f); within(data, dir) || within(dir, data) {
-			return fmt.Errorf("-data-dir %s overlaps the knowledge base folder %s: give the service a folder of its own", c.Load.DataDir, f)
+			return fmt.Errorf("-data-dir %s overlaps the knowledge base folder %s: give the service a folder of its own", dataDir, f)
 		}
 	}
 	return nil
 }
 
-// absPath returns p absolute, clean and with the symbolic links of its longest existing
-// part resolved (a -data-dir is created at start), so two spellings of one folder
-// compare equal.
+// absPath returns p absolute and with its symbolic links resolved, so two spellings of
+// one folder compare equal. The links are resolved before "..", as the system resolves
+// them; of a folder still to be made (-data-dir is created at start), those of its
+// longest existing part.
 func absPath(p string) string {
-	if abs, err := filepath.Abs(p); err == nil {
-		p = abs
+	if !filepath.IsAbs(p) {
+		if wd, err := os.Getwd(); err == nil {
+			p = wd + string(filepath.Separator) + p // not Join: it would clean ".." first
+		}
 	}
-	rest := ""
-	for dir := filepath.Clean(p); ; dir = filepath.Dir(dir) {
+	// Parts are taken off the end as written, not through filepath.Dir, which would
+	// clean the ".." away too.
+	dir, rest := strings.TrimRight(p, string(filepath.Separator)), ""
+	for dir != "" {
 		if real, err := filepath.EvalSymlinks(dir); err == nil {
 			return filepath.Join(real, rest)
 		}
-		if filepath.Dir(dir) == dir {
-			return filepath.Clean(p)
+		i := strings.LastIndexByte(dir, filepath.Separator)
+		if i < 0 {
+			break
 		}
-		rest = filepath.Join(filepath.Base(dir), rest)
+		dir, rest = strings.TrimRight(dir[:i], string(filepath.Separator)), filepath.Join(dir[i+1:], rest)
 	}
+	return filepath.Clean(p)
 }
 
 // within reports whether path is dir or lies beneath it.
@@ -195,6 +211,9 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	}
 	kbs, err := cfg.knowledgeBases(log)
 	if err != nil {
+		return err
+	}
+	if err := dataDirApart(cfg.Load.DataDir, slices.Collect(maps.Values(kbs))); err != nil {
 		return err
 	}
 

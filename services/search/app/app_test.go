@@ -160,6 +160,16 @@ func TestDataDirApartFromTheKnowledgeBases(t *testing.T) {
 	if err := os.Symlink(kbDir, filepath.Join(base, "link")); err != nil {
 		t.Fatal(err)
 	}
+	// A link whose ".." is the knowledge base: the system resolves the link first.
+	if err := os.MkdirAll(filepath.Join(kbDir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(base, "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(kbDir, "sub"), filepath.Join(base, "a", "l")); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		args []string
@@ -173,6 +183,7 @@ func TestDataDirApartFromTheKnowledgeBases(t *testing.T) {
 		{"-kb-root itself", []string{"-kb-root", filepath.Join(base, "kbs"), "-data-dir", filepath.Join(base, "kbs")}, false},
 		{"through a symbolic link", []string{"-kb", "platform=" + kbDir, "-data-dir", filepath.Join(base, "link", "data")}, false},
 		{"a relative spelling", []string{"-kb", "platform=" + kbDir, "-data-dir", relTo(t, kbDir)}, false},
+		{"\"..\" after a link", []string{"-kb", "platform=" + kbDir, "-data-dir", filepath.Join(base, "a", "l") + "/../idx"}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -188,13 +199,31 @@ func TestDataDirApartFromTheKnowledgeBases(t *testing.T) {
 			}
 		})
 	}
-	// The service refuses to start so, before it writes anything.
-	err := Run(context.Background(), []string{"-listen", "127.0.0.1:0", "-kb", "platform=" + kbDir, "-data-dir", kbDir}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	if err == nil || !strings.Contains(err.Error(), "overlaps the knowledge base folder") {
-		t.Errorf("Run = %v, want the overlap refused", err)
+	// The service refuses to start so, before it writes anything; a knowledge base
+	// -kb-root links to elsewhere (git-sync's layout) is checked too.
+	elsewhere := filepath.Join(base, "elsewhere", "team")
+	if err := os.MkdirAll(elsewhere, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	if entries, _ := os.ReadDir(kbDir); len(entries) != 0 {
-		t.Errorf("the knowledge base folder holds %d entries after a refused start", len(entries))
+	if err := os.WriteFile(filepath.Join(elsewhere, "a.md"), []byte("# A\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, filepath.Join(base, "kbs", "team")); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"-kb", "platform=" + kbDir, "-data-dir", kbDir},
+		{"-kb-root", filepath.Join(base, "kbs"), "-data-dir", filepath.Join(elsewhere, "idx")},
+	} {
+		err := Run(context.Background(), append([]string{"-listen", "127.0.0.1:0", "-watch=false"}, args...), slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+		if err == nil || !strings.Contains(err.Error(), "overlaps the knowledge base folder") {
+			t.Errorf("Run %q = %v, want the overlap refused", args, err)
+		}
+	}
+	for _, dir := range []string{kbDir, elsewhere} {
+		if entries, _ := os.ReadDir(dir); len(entries) != map[string]int{kbDir: 1, elsewhere: 1}[dir] {
+			t.Errorf("%s holds %d entries after a refused start, want what the test put there", dir, len(entries))
+		}
 	}
 }
 
