@@ -29,20 +29,26 @@ func init() {
 var stemMemos = sync.Pool{New: func() any { return make(map[string][]byte, 1<<12) }}
 
 // maxStemMemo bounds a memo: past it, new words are stemmed each time. A knowledge base
-// in one language stays well within it.
-const maxStemMemo = 1 << 16
+// in one language stays well within it. Words longer than maxMemoWord (hashes, encoded
+// blobs: seen once, and long) are never memoised, so they neither fill it nor make it
+// large.
+const (
+	maxStemMemo = 1 << 16
+	maxMemoWord = 48
+)
 
 type memoStemmer struct{}
 
-// Filter stems every token. A memoised stem is shared by the tokens of that word: no
-// filter follows this one, and Bleve copies terms out of the token stream.
+// Filter stems every token. A memoised stem is shared by the tokens of that word, so
+// nothing may write into a token's Term after this filter: no filter follows it in the
+// mapping, and Bleve's indexing only reads terms (zapx keys its dictionary by copies).
 func (memoStemmer) Filter(input analysis.TokenStream) analysis.TokenStream {
 	memo := stemMemos.Get().(map[string][]byte)
 	for _, tok := range input {
 		st, ok := memo[string(tok.Term)]
 		if !ok {
 			st = []byte(text.Stem(string(tok.Term)))
-			if len(memo) < maxStemMemo {
+			if len(memo) < maxStemMemo && len(tok.Term) <= maxMemoWord {
 				memo[string(tok.Term)] = st
 			}
 		}
