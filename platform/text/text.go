@@ -5,6 +5,7 @@ package text
 
 import (
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -165,11 +166,47 @@ func Tokens(q string) []string {
 
 // Stem returns the English (Snowball) stem of a lower-case word, the same stemmer the
 // embedded search engine indexes with, so stems compare equal across services.
+//
+// Stems are remembered process-wide, up to maxStemCache words of at most
+// maxCachedWord bytes: every stage of a query stems its words again (parse, search,
+// gates), and an excerpt stems the words of each result that may match, most of them
+// seen before; stemming was a seventh of a T3 question's Resolve.
 func Stem(word string) string {
+	cacheable := len(word) <= maxCachedWord
+	if cacheable {
+		stemCache.RLock()
+		st, ok := stemCache.m[word]
+		stemCache.RUnlock()
+		if ok {
+			return st
+		}
+	}
 	env := snowballstem.NewEnv(word)
 	english.Stem(env)
-	return env.Current()
+	st := env.Current()
+	if cacheable {
+		stemCache.Lock()
+		if len(stemCache.m) < maxStemCache {
+			// A copy: word may be a slice of a whole document, which the key would keep.
+			stemCache.m[strings.Clone(word)] = st
+		}
+		stemCache.Unlock()
+	}
+	return st
 }
+
+// The bounds of Stem's cache: with them it holds a few megabytes at most, and words
+// seen once and long (hashes, identifiers) stay out of it. Once full it stays so; a
+// word it does not hold is stemmed each time, as without it.
+const (
+	maxStemCache  = 1 << 16
+	maxCachedWord = 48
+)
+
+var stemCache = struct {
+	sync.RWMutex
+	m map[string]string
+}{m: make(map[string]string)}
 
 // StemMemo remembers the stems it has computed: analysing a corpus stems the same few
 // thousand words millions of times. Not safe for concurrent use.

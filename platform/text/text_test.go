@@ -9,9 +9,12 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"unicode"
 
+	"github.com/blevesearch/snowballstem"
+	"github.com/blevesearch/snowballstem/english"
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -264,5 +267,42 @@ func TestVersionNamesTheOutput(t *testing.T) {
 	if want := versionDigests[Version]; got != want {
 		t.Errorf("Words, IsStopWord or Stem changed what they return (digest %s, want %q for Version %q): "+
 			"bump Version and record the new digest in versionDigests", got, want, Version)
+	}
+}
+
+// Stem's cache returns what Snowball does, for words stemmed once, again, concurrently,
+// past the cache's bounds, and for words cut out of a longer text.
+func TestStemCacheReturnsSnowballsStems(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "version.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	words := Words(strings.Repeat(string(data), 3))
+	words = append(words, strings.Repeat("connection", 6))
+	for i := range maxStemCache + 100 { // past the bound: the cache stays full, stems stay right
+		words = append(words, fmt.Sprintf("w%dings", i))
+	}
+	snowball := func(w string) string {
+		env := snowballstem.NewEnv(w)
+		english.Stem(env)
+		return env.Current()
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for _, w := range words {
+				if got, want := Stem(w), snowball(w); got != want {
+					t.Errorf("Stem(%q) = %q, want %q", w, got, want)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	stemCache.RLock()
+	n := len(stemCache.m)
+	_, long := stemCache.m[strings.Repeat("connection", 6)]
+	stemCache.RUnlock()
+	if n != maxStemCache || long {
+		t.Errorf("cache holds %d words (the long one: %v), want %d and not the long one", n, long, maxStemCache)
 	}
 }
