@@ -53,6 +53,9 @@ type Entry struct {
 type folder struct {
 	subfolders []string
 	files      []*Document
+	// summary is the folder's _index.md, if it has one: ranking asks for the summaries of
+	// every result's folders, several per result and query.
+	summary *Document
 }
 
 // New builds a tree from documents already in memory (tests, and knowledge bases not
@@ -84,6 +87,9 @@ func newTree(root string, docs []*Document, skipped []Skip) *Tree {
 		t.ByPath[d.Path] = d
 		f := t.folder(d.Folder())
 		f.files = append(f.files, d)
+		if path.Base(d.Path) == indexName {
+			f.summary = d
+		}
 	}
 	for _, f := range t.folders {
 		sort.Strings(f.subfolders)
@@ -146,12 +152,18 @@ func (t *Tree) Doc(p string) (*Document, error) {
 
 // Summary returns the _index.md of a folder ("" for the root), if it has one.
 func (t *Tree) Summary(folder string) (*Document, bool) {
-	c, err := CleanPath(folder)
-	if err != nil {
-		return nil, false
+	f, ok := t.folders[folder]
+	if !ok {
+		// Another spelling of a folder ("a//b"), or no folder of the tree.
+		c, err := CleanPath(folder)
+		if err != nil || c == folder {
+			return nil, false
+		}
+		if f, ok = t.folders[c]; !ok {
+			return nil, false
+		}
 	}
-	d, ok := t.ByPath[path.Join(c, indexName)]
-	return d, ok
+	return f.summary, f.summary != nil
 }
 
 // List returns the children of a folder ("" for the root): sub-folders first, then
