@@ -225,7 +225,7 @@ func (r *composeRun) scrapeMetrics() {
 		if name == "agent" && r.llm == nil {
 			want = "rpc_server_"
 		}
-		scrape(t, name, "http://"+net.JoinHostPort(r.net.ips[name], port)+"/metrics", want)
+		scrape(t, name, want, "http://"+net.JoinHostPort(r.net.ips[name], port)+"/metrics")
 	}
 }
 

@@ -1025,7 +1025,11 @@ func (r *overlayRun) scrapeMetrics() {
 			t.Errorf("NetworkPolicy: any namespace's pods reach %s's metrics port %d", name, port)
 		}
 		path := cmp.Or(a["prometheus.io/path"], "/metrics")
-		scrape(t, name, "http://"+net.JoinHostPort(r.podIPs[name], strconv.Itoa(port))+path, metricsFamilies[name])
+		var urls []string
+		for _, ip := range r.replicas[name] {
+			urls = append(urls, "http://"+net.JoinHostPort(ip, strconv.Itoa(port))+path)
+		}
+		scrape(t, name, metricsFamilies[name], urls...)
 	}
 }
 

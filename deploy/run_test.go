@@ -661,16 +661,22 @@ func envList(pairs [][2]string) []string {
 	return out
 }
 
-// scrape GETs a service's Prometheus /metrics at url, as Prometheus would, and checks
-// it holds a sample of the metric family want.
-func scrape(t *testing.T, service, url, want string) {
+// scrape GETs a service's Prometheus /metrics at each of urls (one per replica), as
+// Prometheus would, and checks each answers and one holds a sample of the metric family
+// want: client-side round-robin may send all of a few questions to one replica.
+func scrape(t *testing.T, service, want string, urls ...string) {
 	t.Helper()
-	body, err := telemetrytest.Scrape(url)
-	if err != nil {
-		t.Errorf("%s: %v", service, err)
-		return
+	var bodies []string
+	for _, url := range urls {
+		body, err := telemetrytest.Scrape(url)
+		if err != nil {
+			t.Errorf("%s: %v", service, err)
+			return
+		}
+		if strings.Contains(body, "\n"+want) {
+			return
+		}
+		bodies = append(bodies, body)
 	}
-	if !strings.Contains(body, "\n"+want) {
-		t.Errorf("%s: %s has no %s after the questions:\n%.800s", service, url, want, body)
-	}
+	t.Errorf("%s: no replica's metrics (%s) hold %s after the questions:\n%.800s", service, strings.Join(urls, ", "), want, bodies[0])
 }
