@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	blevesearch "github.com/blevesearch/bleve/v2"
@@ -67,6 +68,37 @@ type Index struct {
 	mu sync.RWMutex
 	// writeMu serialises Apply.
 	writeMu sync.Mutex
+	// knownStems remembers known's answers for the index as it is; Apply replaces it
+	// after each batch, so an answer read from an older index lands in a set no search
+	// reads again.
+	knownStems atomic.Pointer[stemSet]
+}
+
+// stemSet is a bounded, concurrent map of stems to whether the index holds them in a
+// title or content. Questions repeat a knowledge base's words, and looking a stem up in
+// every segment's dictionary took a twelfth of a T3 question's Resolve.
+type stemSet struct {
+	m sync.Map // stem → bool
+	n atomic.Int32
+}
+
+// maxKnownStems bounds a stemSet; past it, stems are looked up in the index each time.
+const maxKnownStems = 1 << 14
+
+func (s *stemSet) get(stem string) (known, ok bool) {
+	v, ok := s.m.Load(stem)
+	if !ok {
+		return false, false
+	}
+	return v.(bool), true
+}
+
+func (s *stemSet) put(stem string, known bool) {
+	if s.n.Load() < maxKnownStems {
+		if _, loaded := s.m.LoadOrStore(stem, known); !loaded {
+			s.n.Add(1)
+		}
+	}
 }
 
 var (
@@ -108,6 +140,7 @@ func Build(ctx context.Context, docs []engine.Doc, cfg Config) (*Index, error) {
 		return nil, fmt.Errorf("bleve create %q: %w", cfg.Dir, err)
 	}
 	ix := &Index{idx: idx, cfg: cfg, bm25: bm25Stats(docs)}
+	ix.knownStems.Store(new(stemSet))
 	if err := ix.load(ctx, docs); err != nil {
 		_ = idx.Close()
 		return nil, err
@@ -157,6 +190,7 @@ func reopen(cfg Config) (*Index, error) {
 		return nil, fmt.Errorf("bleve count %q: %w", cfg.Dir, err)
 	}
 	ix := &Index{idx: idx, cfg: cfg, n: int(n), reused: true}
+	ix.knownStems.Store(new(stemSet))
 	if raw, err := idx.GetInternal([]byte(bm25Key)); err == nil && len(raw) > 0 {
 		var st search.BM25Stats
 		if json.Unmarshal(raw, &st) == nil && st.DocCount == float64(n) {
@@ -479,19 +513,31 @@ func (ix *Index) known(ctx context.Context, words []string) ([]bool, error) {
 	if ix.cfg.PrefixKnown && ix.cfg.FuzzyKnown {
 		return out, nil
 	}
-	adv, err := ix.idx.Advanced()
-	if err != nil {
-		return nil, err
-	}
-	r, err := adv.Reader()
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = r.Close() }()
+	// Loaded before the index is read: a set Apply replaces meanwhile is never read again.
+	set := ix.knownStems.Load()
+	var r bleveindex.IndexReader
+	defer func() {
+		if r != nil {
+			_ = r.Close()
+		}
+	}()
 	for i, w := range words {
-		stem := []byte(text.Stem(w))
+		stem := text.Stem(w)
+		if known, ok := set.get(stem); ok {
+			out[i] = known
+			continue
+		}
+		if r == nil {
+			adv, err := ix.idx.Advanced()
+			if err != nil {
+				return nil, err
+			}
+			if r, err = adv.Reader(); err != nil {
+				return nil, err
+			}
+		}
 		for _, f := range []string{fieldTitle, fieldContent} {
-			tfr, err := r.TermFieldReader(ctx, stem, f, false, false, false)
+			tfr, err := r.TermFieldReader(ctx, []byte(stem), f, false, false, false)
 			if err != nil {
 				return nil, err
 			}
@@ -502,6 +548,7 @@ func (ix *Index) known(ctx context.Context, words []string) ([]bool, error) {
 				break
 			}
 		}
+		set.put(stem, out[i])
 	}
 	return out, nil
 }

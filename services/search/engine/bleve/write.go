@@ -81,8 +81,9 @@ func (ix *Index) Apply(ctx context.Context, changes []engine.Change) error {
 	return flush()
 }
 
-// publish makes new statistics visible to searches.
+// publish makes new statistics visible to searches, after a batch is in the index.
 func (ix *Index) publish(st *search.BM25Stats, n int) {
+	ix.knownStems.Store(new(stemSet))
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ix.n = n

@@ -1,0 +1,42 @@
+package bleve
+
+import (
+	"context"
+	"testing"
+
+	"github.com/quarry-router/quarry/services/search/engine"
+)
+
+// known remembers its answers only for the index as it is: a write that adds or removes
+// a word changes the answer at once.
+func TestKnownFollowsWrites(t *testing.T) {
+	ctx := context.Background()
+	ix, err := Build(ctx, []engine.Doc{{Path: "a.md", Title: "Rotation", Content: "Rotate the signing key."}}, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	check := func(when string, want ...bool) {
+		t.Helper()
+		for range 2 { // computed, then remembered
+			got, err := ix.known(ctx, []string{"zorblatt", "rotate"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[0] != want[0] || got[1] != want[1] {
+				t.Fatalf("%s: known(zorblatt, rotate) = %v, want %v", when, got, want)
+			}
+		}
+	}
+	check("before any write", false, true)
+	added := engine.Doc{Path: "b.md", Title: "Zorblatt", Content: "The zorblatt sizer."}
+	if err := ix.Apply(ctx, []engine.Change{{New: &added}}); err != nil {
+		t.Fatal(err)
+	}
+	check("after the word was added", true, true)
+	old := engine.Doc{Path: "a.md", Title: "Rotation", Content: "Rotate the signing key."}
+	if err := ix.Apply(ctx, []engine.Change{{Old: &old}}); err != nil {
+		t.Fatal(err)
+	}
+	check("after the word's document was removed", true, false)
+}
