@@ -172,32 +172,41 @@ func Tokens(q string) []string {
 // gates), and an excerpt stems the words of each result that may match, most of them
 // seen before; stemming was a seventh of a T3 question's Resolve.
 func Stem(word string) string {
-	cacheable := len(word) <= maxCachedWord
+	cacheable, full := len(word) <= maxCachedWord, true
 	if cacheable {
 		stemCache.RLock()
 		st, ok := stemCache.m[word]
+		full = len(stemCache.m) >= maxStemCache
 		stemCache.RUnlock()
 		if ok {
 			return st
 		}
 	}
-	env := snowballstem.NewEnv(word)
-	english.Stem(env)
-	st := env.Current()
-	if cacheable {
-		stemCache.Lock()
-		if len(stemCache.m) < maxStemCache {
-			// A copy: word may be a slice of a whole document, which the key would keep.
-			stemCache.m[strings.Clone(word)] = st
-		}
-		stemCache.Unlock()
+	if !cacheable || full {
+		return snowball(word)
 	}
+	// Stemmed from a copy: Snowball returns its input, or a slice of it, when it
+	// changes nothing or only cuts a suffix, and word may be a slice of a whole
+	// document, which a cached key or stem would keep alive.
+	word = strings.Clone(word)
+	st := snowball(word)
+	stemCache.Lock()
+	if len(stemCache.m) < maxStemCache {
+		stemCache.m[word] = st
+	}
+	stemCache.Unlock()
 	return st
 }
 
-// The bounds of Stem's cache: with them it holds a few megabytes at most, and words
+func snowball(word string) string {
+	env := snowballstem.NewEnv(word)
+	english.Stem(env)
+	return env.Current()
+}
+
+// The bounds of Stem's cache: with them it holds about ten megabytes at most, and words
 // seen once and long (hashes, identifiers) stay out of it. Once full it stays so; a
-// word it does not hold is stemmed each time, as without it.
+// word it does not hold is stemmed each time, as without it, under no lock.
 const (
 	maxStemCache  = 1 << 16
 	maxCachedWord = 48

@@ -12,9 +12,8 @@ import (
 	"sync"
 	"testing"
 	"unicode"
+	"unsafe"
 
-	"github.com/blevesearch/snowballstem"
-	"github.com/blevesearch/snowballstem/english"
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -282,11 +281,6 @@ func TestStemCacheReturnsSnowballsStems(t *testing.T) {
 	for i := range maxStemCache + 100 { // past the bound: the cache stays full, stems stay right
 		words = append(words, fmt.Sprintf("w%dings", i))
 	}
-	snowball := func(w string) string {
-		env := snowballstem.NewEnv(w)
-		english.Stem(env)
-		return env.Current()
-	}
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
@@ -304,5 +298,36 @@ func TestStemCacheReturnsSnowballsStems(t *testing.T) {
 	stemCache.RUnlock()
 	if n != maxStemCache || long {
 		t.Errorf("cache holds %d words (the long one: %v), want %d and not the long one", n, long, maxStemCache)
+	}
+}
+
+// A word cut out of a document is cached as a copy, its stem too: the cache must not
+// keep whole documents alive.
+func TestStemCacheKeepsNoDocumentAlive(t *testing.T) {
+	doc := strings.Repeat("x", 1<<16) + " uniquewordxyz connectionsqq "
+	inside := func(s string) bool {
+		p, base := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.StringData(doc)))
+		return p >= base && p < base+uintptr(len(doc))
+	}
+	for _, w := range Words(doc)[1:] {
+		if !inside(w) {
+			t.Fatalf("Words(%q) is no slice of the document: the test no longer tests", w)
+		}
+		Stem(w)
+		stemCache.RLock()
+		st, ok := stemCache.m[w]
+		var key string
+		for k := range stemCache.m {
+			if k == w {
+				key = k
+			}
+		}
+		stemCache.RUnlock()
+		if !ok {
+			continue // the cache is full (another test filled it)
+		}
+		if inside(key) || inside(st) {
+			t.Errorf("the cache holds %q → %q inside the document", key, st)
+		}
 	}
 }
