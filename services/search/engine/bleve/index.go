@@ -69,8 +69,7 @@ type Index struct {
 	// writeMu serialises Apply.
 	writeMu sync.Mutex
 	// knownStems remembers known's answers for the index as it is; Apply replaces it
-	// after each batch, so an answer read from an older index lands in a set no search
-	// reads again.
+	// after each batch, so no search started after that reads an answer from before.
 	knownStems atomic.Pointer[stemSet]
 }
 
@@ -82,8 +81,12 @@ type stemSet struct {
 	n atomic.Int32
 }
 
-// maxKnownStems bounds a stemSet; past it, stems are looked up in the index each time.
-const maxKnownStems = 1 << 14
+// maxKnownStems bounds a stemSet, and maxKnownStem the stems it keeps (a question may
+// hold a 64 KiB word); past them, stems are looked up in the index each time.
+const (
+	maxKnownStems = 1 << 14
+	maxKnownStem  = 48
+)
 
 func (s *stemSet) get(stem string) (known, ok bool) {
 	v, ok := s.m.Load(stem)
@@ -93,9 +96,10 @@ func (s *stemSet) get(stem string) (known, ok bool) {
 	return v.(bool), true
 }
 
+// put keeps a copy of stem: it may be a slice of a whole question.
 func (s *stemSet) put(stem string, known bool) {
-	if s.n.Load() < maxKnownStems {
-		if _, loaded := s.m.LoadOrStore(stem, known); !loaded {
+	if len(stem) <= maxKnownStem && s.n.Load() < maxKnownStems {
+		if _, loaded := s.m.LoadOrStore(strings.Clone(stem), known); !loaded {
 			s.n.Add(1)
 		}
 	}

@@ -2,6 +2,7 @@ package bleve
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/quarry-router/quarry/services/search/engine"
@@ -39,4 +40,13 @@ func TestKnownFollowsWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after the word's document was removed", true, false)
+
+	// A long word (a question may hold a 64 KiB one) is looked up, not kept.
+	before := ix.knownStems.Load().n.Load()
+	if _, err := ix.known(ctx, []string{strings.Repeat("z", 4096)}); err != nil {
+		t.Fatal(err)
+	}
+	if after := ix.knownStems.Load().n.Load(); after != before {
+		t.Errorf("a 4,096-byte stem was kept (%d stems, then %d)", before, after)
+	}
 }

@@ -45,7 +45,10 @@ func (ix *Index) Apply(ctx context.Context, changes []engine.Change) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("bleve apply: %w", err)
 		}
-		if err := ix.idx.Batch(batch); err != nil {
+		err := ix.idx.Batch(batch)
+		// Even after an error: scorch makes a batch searchable before it saves it.
+		ix.knownStems.Store(new(stemSet))
+		if err != nil {
 			return fmt.Errorf("bleve apply: %w", err)
 		}
 		// A new batch, not Reset: scorch's analysis goroutine may still be ranging over
@@ -81,9 +84,8 @@ func (ix *Index) Apply(ctx context.Context, changes []engine.Change) error {
 	return flush()
 }
 
-// publish makes new statistics visible to searches, after a batch is in the index.
+// publish makes new statistics visible to searches.
 func (ix *Index) publish(st *search.BM25Stats, n int) {
-	ix.knownStems.Store(new(stemSet))
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ix.n = n
