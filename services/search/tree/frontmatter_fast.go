@@ -1,6 +1,7 @@
 package tree
 
 import (
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -113,17 +114,12 @@ func fastValue(rest string) (*yaml.Node, bool) {
 		if inner == "" {
 			return seq, true
 		}
-		for start := 0; start <= len(inner); {
-			end := start
-			for end < len(inner) && inner[end] != ',' {
-				end++
-			}
-			item := trimSpaces(inner[start:end])
+		for item := range strings.SplitSeq(inner, ",") {
+			item = trimSpaces(item)
 			if !plainScalar(item, false) {
 				return nil, false
 			}
 			seq.Content = append(seq.Content, plainNode(item))
-			start = end + 1
 		}
 		return seq, true
 	}
@@ -167,12 +163,4 @@ func plainScalar(s string, block bool) bool {
 }
 
 // trimSpaces trims ASCII spaces, the only white space fastFrontMatter accepts.
-func trimSpaces(s string) string {
-	for len(s) > 0 && s[0] == ' ' {
-		s = s[1:]
-	}
-	for len(s) > 0 && s[len(s)-1] == ' ' {
-		s = s[:len(s)-1]
-	}
-	return s
-}
+func trimSpaces(s string) string { return strings.Trim(s, " ") }

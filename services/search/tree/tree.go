@@ -184,7 +184,7 @@ func (t *Tree) List(folder string) ([]Entry, error) {
 	out := make([]Entry, 0, len(f.subfolders)+len(f.files))
 	for _, sub := range f.subfolders {
 		e := Entry{Path: sub, Folder: true}
-		if s, ok := t.ByPath[path.Join(sub, indexName)]; ok {
+		if s := t.folders[sub].summary; s != nil {
 			e.Title, e.HasSummary = s.Title, true
 		}
 		out = append(out, e)
