@@ -81,12 +81,9 @@ type stemSet struct {
 	n atomic.Int32
 }
 
-// maxKnownStems bounds a stemSet, and maxKnownStem the stems it keeps (a question may
-// hold a 64 KiB word); past them, stems are looked up in the index each time.
-const (
-	maxKnownStems = 1 << 14
-	maxKnownStem  = 48
-)
+// maxKnownStems bounds a stemSet, which keeps no stem over maxRememberedWord; past
+// them, stems are looked up in the index each time.
+const maxKnownStems = 1 << 14
 
 func (s *stemSet) get(stem string) (known, ok bool) {
 	v, ok := s.m.Load(stem)
@@ -98,7 +95,7 @@ func (s *stemSet) get(stem string) (known, ok bool) {
 
 // put keeps a copy of stem: it may be a slice of a whole question.
 func (s *stemSet) put(stem string, known bool) {
-	if len(stem) <= maxKnownStem && s.n.Load() < maxKnownStems {
+	if len(stem) <= maxRememberedWord && s.n.Load() < maxKnownStems {
 		if _, loaded := s.m.LoadOrStore(strings.Clone(stem), known); !loaded {
 			s.n.Add(1)
 		}

@@ -29,13 +29,13 @@ func init() {
 var stemMemos = sync.Pool{New: func() any { return make(map[string][]byte, 1<<12) }}
 
 // maxStemMemo bounds a memo: past it, new words are stemmed each time. A knowledge base
-// in one language stays well within it. Words longer than maxMemoWord (hashes, encoded
-// blobs: seen once, and long) are never memoised, so they neither fill it nor make it
-// large.
-const (
-	maxStemMemo = 1 << 16
-	maxMemoWord = 48
-)
+// in one language stays well within it.
+const maxStemMemo = 1 << 16
+
+// maxRememberedWord is the longest word (or stem) the memos and stemSets keep: longer
+// ones (hashes, encoded blobs, a question's 64 KiB word) are seen once, and would only
+// fill them and make them large.
+const maxRememberedWord = 48
 
 type memoStemmer struct{}
 
@@ -48,7 +48,7 @@ func (memoStemmer) Filter(input analysis.TokenStream) analysis.TokenStream {
 		st, ok := memo[string(tok.Term)]
 		if !ok {
 			st = []byte(text.Stem(string(tok.Term)))
-			if len(memo) < maxStemMemo && len(tok.Term) <= maxMemoWord {
+			if len(memo) < maxStemMemo && len(tok.Term) <= maxRememberedWord {
 				memo[string(tok.Term)] = st
 			}
 		}

@@ -28,7 +28,7 @@ func TestMemoStemmerStemsAsBlevesSnowball(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A word too long to memoise, and one just short enough.
-	words = append(words, strings.Repeat("connections", 5), strings.Repeat("x", maxMemoWord-len("ing"))+"ing")
+	words = append(words, strings.Repeat("connections", 5), strings.Repeat("x", maxRememberedWord-len("ing"))+"ing")
 	if len(words) < 5000 {
 		t.Fatalf("%d words in the example knowledge base, want a real sample", len(words))
 	}
