@@ -31,6 +31,7 @@ import (
 	"github.com/quarry-router/quarry/services/search/resolve"
 	"github.com/quarry-router/quarry/services/search/server"
 	"github.com/quarry-router/quarry/services/search/signals"
+	"github.com/quarry-router/quarry/services/search/tree"
 	"google.golang.org/grpc"
 )
 
@@ -127,6 +128,7 @@ func dataDirApart(dataDir string, folders []string) error {
 		return nil
 	}
 	data := absPath(dataDir)
+	within := func(p, dir string) bool { _, in := tree.Beneath(dir, p); return in }
 	slices.Sort(folders) // the same folder named whatever the map's order
 	for _, f := range folders {
 		if f == "" {
@@ -163,12 +165,6 @@ func absPath(p string) string {
 		dir, rest = strings.TrimRight(dir[:i], string(filepath.Separator)), filepath.Join(dir[i+1:], rest)
 	}
 	return filepath.Clean(p)
-}
-
-// within reports whether path is dir or lies beneath it.
-func within(path, dir string) bool {
-	rel, err := filepath.Rel(dir, path)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // kbFlag collects -kb id=folder values.

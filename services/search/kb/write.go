@@ -265,8 +265,8 @@ func (r *Registry) syncSource(id, source string, own bool) (root, rel string, er
 	if !filepath.IsAbs(src) {
 		src = filepath.Join(resolved, src)
 	}
-	_, inResolved := beneath(filepath.Join(resolved, sub), src)
-	_, inConfigured := beneath(filepath.Join(configured, sub), src)
+	_, inResolved := tree.Beneath(filepath.Join(resolved, sub), src)
+	_, inConfigured := tree.Beneath(filepath.Join(configured, sub), src)
 	if !inResolved && !inConfigured {
 		return "", "", outside
 	}
@@ -275,7 +275,7 @@ func (r *Registry) syncSource(id, source string, own bool) (root, rel string, er
 	}
 	src, _ = filepath.Abs(src)
 	root = filepath.Join(resolved, sub)
-	rel, in := beneath(root, src)
+	rel, in := tree.Beneath(root, src)
 	if !in {
 		return "", "", outside
 	}
@@ -285,13 +285,6 @@ func (r *Registry) syncSource(id, source string, own bool) (root, rel string, er
 		return "", "", fmt.Errorf("%w: %q is not a folder under %s", ErrSyncSource, source, where)
 	}
 	return root, rel, nil
-}
-
-// beneath returns path p relative to dir, and whether p is dir or inside it; both are
-// absolute and clean.
-func beneath(dir, p string) (rel string, in bool) {
-	rel, err := filepath.Rel(dir, p)
-	return rel, err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // planUploads works out a sync (or, with single, an upsert, whose rejection is an error).

@@ -3,10 +3,12 @@ package tree
 import (
 	"errors"
 	"fmt"
-	"github.com/quarry-router/quarry/platform/kbpath"
 	"path"
+	"path/filepath"
 	"strings"
 	"unicode"
+
+	"github.com/quarry-router/quarry/platform/kbpath"
 )
 
 // Errors returned for paths and lookups.
@@ -130,4 +132,11 @@ func looksLikePath(p string) bool {
 		}
 	}
 	return true
+}
+
+// Beneath returns the file-system path p relative to dir, and whether p is dir or
+// inside it; both are absolute and clean.
+func Beneath(dir, p string) (rel string, in bool) {
+	rel, err := filepath.Rel(dir, p)
+	return rel, err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
