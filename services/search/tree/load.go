@@ -35,10 +35,10 @@ const (
 // (to a file or a folder, inside the tree or not) is skipped and recorded. The one
 // exception is a Kubernetes ConfigMap, Secret or projected volume, whose every name is a
 // link: it is read through its "..data" link, which must stay inside root (Tree.Root
-// names it). Hidden files and folders and files not ending in ".md" are ignored. A file that is too large, not
-// UTF-8, holds NUL bytes, or has front matter that fails to parse or sets an invalid
-// importance or maturity is skipped and recorded in Tree.Skipped with the reason; it
-// never fails the load. Load fails when root cannot be opened, when ctx ends, or when the
+// names it). Hidden files and folders and files not ending in ".md" are ignored. A file
+// that is too large, not UTF-8, holds NUL bytes, or has front matter that fails to parse
+// or sets an invalid importance or maturity is skipped and recorded in Tree.Skipped with
+// the reason; it never fails the load. Load fails when root cannot be opened, when ctx ends, or when the
 // tree holds more than cfg.MaxFiles markdown files (ErrTooManyFiles). The zero Config
 // means DefaultConfig(); any other must pass Validate.
 func Load(ctx context.Context, root string, cfg Config, log *slog.Logger) (*Tree, error) {
@@ -296,8 +296,7 @@ type File struct {
 
 // ReadFiles reads the markdown files under root with Load's rules (no symbolic link
 // followed but a volume's data link, hidden entries ignored, size, depth and count
-// limits) without parsing them,
-// for copying a tree into a knowledge base. Archived originals are returned too, marked.
+// limits) without parsing them, for copying a tree into a knowledge base. Archived originals are returned too, marked.
 // Files Load would skip before parsing are returned as Skips with the reason.
 func ReadFiles(ctx context.Context, root string, cfg Config) ([]File, []Skip, error) {
 	if cfg == (Config{}) {
@@ -310,13 +309,7 @@ func ReadFiles(ctx context.Context, root string, cfg Config) ([]File, []Skip, er
 	if err != nil {
 		return nil, nil, fmt.Errorf("read %s: %w", root, err)
 	}
-	r, _ = throughVolume(r)
-	defer r.Close()
-	files, skips, err := readFiles(ctx, r, cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read %s: %w", root, err)
-	}
-	return files, skips, nil
+	return readOpened(ctx, r, cfg, root)
 }
 
 // ReadFilesBeneath is ReadFiles of the folder rel under base, where links on the way to
@@ -338,11 +331,17 @@ func ReadFilesBeneath(ctx context.Context, base, rel string, cfg Config) ([]File
 	if err != nil {
 		return nil, nil, fmt.Errorf("read %s: %w", rel, err)
 	}
+	return readOpened(ctx, r, cfg, rel)
+}
+
+// readOpened is readFiles of the folder r, or of the one its data link names when r is
+// a Kubernetes volume; it closes r, and its errors name the folder as name.
+func readOpened(ctx context.Context, r *os.Root, cfg Config, name string) ([]File, []Skip, error) {
 	r, _ = throughVolume(r)
 	defer r.Close()
 	files, skips, err := readFiles(ctx, r, cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read %s: %w", rel, err)
+		return nil, nil, fmt.Errorf("read %s: %w", name, err)
 	}
 	return files, skips, nil
 }
