@@ -296,8 +296,9 @@ type File struct {
 
 // ReadFiles reads the markdown files under root with Load's rules (no symbolic link
 // followed but a volume's data link, hidden entries ignored, size, depth and count
-// limits) without parsing them, for copying a tree into a knowledge base. Archived originals are returned too, marked.
-// Files Load would skip before parsing are returned as Skips with the reason.
+// limits) without parsing them, for copying a tree into a knowledge base. Archived
+// originals are returned too, marked. Files Load would skip before parsing are returned
+// as Skips with the reason.
 func ReadFiles(ctx context.Context, root string, cfg Config) ([]File, []Skip, error) {
 	if cfg == (Config{}) {
 		cfg = DefaultConfig()
