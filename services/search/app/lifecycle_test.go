@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -240,5 +242,76 @@ func TestFoldersThatAreNoKnowledgeBaseIDAreNamed(t *testing.T) {
 	cfg = Config{KBRoot: only}
 	if _, err := cfg.knowledgeBases(log); err == nil || !strings.Contains(err.Error(), "Runbooks") {
 		t.Errorf("a root with only Runbooks: %v, want an error naming it", err)
+	}
+}
+
+// A restart with the same -data-dir answers as the first start did, from the index and
+// term statistics it kept: the statistics file is read, not written again, and a damaged
+// one is computed and kept again, with the same answers.
+func TestARestartAnswersFromWhatTheDataDirKept(t *testing.T) {
+	data := t.TempDir()
+	root := kbFolder(t, map[string]string{
+		"ops/walrus.md":    "# Walrus rotation\n\nThe walrus rotation runbook for the pager.\n",
+		"ops/kafka.md":     "# Kafka\n\nConsumer lag alerts and the rotation of brokers.\n",
+		"auth/_index.md":   "# Auth\n\nTokens and keys.\n",
+		"auth/jwt/keys.md": "---\ntitle: Signing keys\ntags: [jwt, keys]\n---\nRotate the JWT signing key every 90 days.\n",
+	})
+	questions := []string{"walrus rotation runbook", "rotate the jwt signing key", "kafka consumer lag"}
+	ask := func() []string {
+		t.Helper()
+		addr, stop, wait := start(t, "-kb", "team="+root, "-data-dir", data, "-watch=false")
+		conn, err := grpcx.Dial(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		var out []string
+		for _, q := range questions {
+			res, err := quarryv1.NewSearchServiceClient(conn).Resolve(context.Background(), &quarryv1.ResolveRequest{KnowledgeBase: "team", Query: q})
+			if err != nil {
+				t.Fatalf("%q: %v", q, err)
+			}
+			line := fmt.Sprintf("%q → %v:", q, res.GetRoute())
+			for _, s := range res.GetSources() {
+				line += " " + s.GetPath() // scores move with the hits each start learns
+			}
+			out = append(out, line)
+		}
+		stop()
+		if err := wait(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		return out
+	}
+	kept := func() (string, os.FileInfo) {
+		t.Helper()
+		matches, err := filepath.Glob(filepath.Join(data, "team", "corpus-*"))
+		if err != nil || len(matches) != 1 {
+			t.Fatalf("kept term statistics: %v, %v; want one file", matches, err)
+		}
+		fi, err := os.Stat(matches[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return matches[0], fi
+	}
+
+	first := ask()
+	file, before := kept()
+	if again := ask(); !slices.Equal(again, first) {
+		t.Errorf("after a restart:\n%s\nwant, as at the first start:\n%s", strings.Join(again, "\n"), strings.Join(first, "\n"))
+	}
+	if _, after := kept(); !after.ModTime().Equal(before.ModTime()) {
+		t.Error("the restart wrote the term statistics again instead of reading them")
+	}
+
+	if err := os.WriteFile(file, []byte("damaged"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if again := ask(); !slices.Equal(again, first) {
+		t.Errorf("after a restart with damaged statistics:\n%s\nwant:\n%s", strings.Join(again, "\n"), strings.Join(first, "\n"))
+	}
+	if _, after := kept(); after.Size() == int64(len("damaged")) {
+		t.Error("the damaged statistics were not computed and kept again")
 	}
 }
