@@ -33,12 +33,25 @@ func NewCorpus(docs []*tree.Document) *Corpus {
 		vocab: make(map[string]uint32),
 		docs:  make(map[string][]uint32, len(docs)),
 	}
-	for i, stems := range docStemsAll(docs) {
-		d := docs[i]
-		if d == nil {
-			continue
+	// Only the last document of a path is counted: one counted and then replaced would
+	// leave its stems in the vocabulary with no document, which a corpus read back
+	// (WriteTo) does not have.
+	last := make(map[string]int, len(docs))
+	for i, d := range docs {
+		if d != nil {
+			last[d.Path] = i
 		}
-		c.put(d.Path, stems)
+	}
+	uniq := make([]*tree.Document, len(docs))
+	for i, d := range docs {
+		if d != nil && last[d.Path] == i {
+			uniq[i] = d
+		}
+	}
+	for i, stems := range docStemsAll(uniq) {
+		if d := uniq[i]; d != nil {
+			c.put(d.Path, stems)
+		}
 	}
 	return c
 }

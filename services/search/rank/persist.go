@@ -26,8 +26,9 @@ const (
 	// corpusFormat names the layout and how a document's stems are derived (docStems,
 	// engine.PathText); text.Version, written beside it, names the words and stems.
 	// Bump it with a change to either: TestCorpusFormatNamesTheDerivation fails until
-	// then.
-	corpusFormat = 1
+	// then. 2: stems no document holds are not written, and of documents given twice
+	// only the last is counted.
+	corpusFormat = 2
 )
 
 // ErrStale is returned by ReadCorpus for a corpus written under another key, format or
@@ -49,9 +50,20 @@ func (c *Corpus) WriteTo(w io.Writer, key string) error {
 	putUint(corpusFormat)
 	putString(text.Version)
 	putString(key)
-	stems := make([]string, len(c.df))
+	// Stems no document holds any more (With removed their last one) are left out, so
+	// that the corpus read back is the one NewCorpus computes from the same documents:
+	// the ids of the rest close up, in order, which keeps each document's ids ascending.
+	byID := make([]string, len(c.df))
 	for s, id := range c.vocab {
-		stems[id] = s
+		byID[id] = s
+	}
+	kept := make([]uint32, len(c.df)) // old id → new id
+	stems := byID[:0:0]
+	for id, s := range byID {
+		if c.df[id] > 0 {
+			kept[id] = uint32(len(stems))
+			stems = append(stems, s)
+		}
 	}
 	putUint(uint64(len(stems)))
 	for _, s := range stems {
@@ -64,8 +76,8 @@ func (c *Corpus) WriteTo(w io.Writer, key string) error {
 		putUint(uint64(len(ids)))
 		prev := uint32(0)
 		for _, id := range ids {
-			putUint(uint64(id - prev))
-			prev = id
+			putUint(uint64(kept[id] - prev))
+			prev = kept[id]
 		}
 	}
 	if err := bw.Flush(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -61,6 +62,60 @@ func TestCorpusRoundTrip(t *testing.T) {
 	}
 }
 
+// A corpus changed by writes (With) and read back is the corpus a start computes from
+// the same documents: stems no document holds any more are not carried over, and every
+// other figure a query reads is alike. The search service keeps the statistics of a
+// written knowledge base this way when it stops.
+func TestAChangedCorpusReadsBackAsNewCorpus(t *testing.T) {
+	docs := persistDocs()
+	changed := &tree.Document{Path: "auth/sessions.md", Title: "Sessions", Content: "Sessions expire after an hour."}
+	added := &tree.Document{Path: "ops/kafka.md", Title: "Kafka", Content: "Consumer lag alerts page."}
+	written := NewCorpus(docs).With([]*tree.Document{changed, added}, []string{"ops/oncall.md"})
+	var left []*tree.Document
+	for _, d := range docs {
+		if d.Path != "ops/oncall.md" && d.Path != changed.Path {
+			left = append(left, d)
+		}
+	}
+	want := NewCorpus(append(left, changed, added))
+	if len(written.vocab) == len(want.vocab) {
+		t.Fatal("the writes left no stem without a document; the test needs one")
+	}
+	got, err := ReadCorpus(bytes.NewReader(encode(t, written, "fp")), "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(canonical(got), canonical(want)) {
+		t.Errorf("read back:\n%+v\nwant:\n%+v", canonical(got), canonical(want))
+	}
+}
+
+// canonicalCorpus is a corpus without its term ids, which depend on the order stems
+// were first seen in.
+type canonicalCorpus struct {
+	DF       map[string]uint32
+	Docs     map[string][]string // path → its stems, sorted
+	Alphabet []rune
+}
+
+func canonical(c *Corpus) canonicalCorpus {
+	out := canonicalCorpus{DF: map[string]uint32{}, Docs: map[string][]string{}, Alphabet: c.alphabet}
+	byID := make([]string, len(c.df))
+	for s, id := range c.vocab {
+		byID[id] = s
+		out.DF[s] = c.df[id]
+	}
+	for p, ids := range c.docs {
+		stems := make([]string, len(ids))
+		for i, id := range ids {
+			stems[i] = byID[id]
+		}
+		slices.Sort(stems)
+		out.Docs[p] = stems
+	}
+	return out
+}
+
 // A corpus written for other documents, or by a version whose words or format differ,
 // is stale, not misread.
 func TestReadCorpusStale(t *testing.T) {
@@ -70,8 +125,9 @@ func TestReadCorpusStale(t *testing.T) {
 	}
 	// The text version is stored as written; another one in its place is stale too
 	// (the checksum is recomputed so that only the version differs).
-	v := []byte(corpusMagic + "\x01" + string(rune(len(text.Version))) + text.Version)
-	other := bytes.Replace(data[:len(data)-4], v, []byte(corpusMagic+"\x01\x01~"), 1)
+	format := string(rune(corpusFormat)) // one byte while it is below 128
+	v := []byte(corpusMagic + format + string(rune(len(text.Version))) + text.Version)
+	other := bytes.Replace(data[:len(data)-4], v, []byte(corpusMagic+format+"\x01~"), 1)
 	if bytes.Equal(other, data[:len(data)-4]) {
 		t.Fatal("version not found in the header")
 	}
@@ -79,7 +135,7 @@ func TestReadCorpusStale(t *testing.T) {
 		t.Errorf("another text version: err = %v, want ErrStale", err)
 	}
 	// Another format is stale however it lays out the rest.
-	future := []byte(corpusMagic + "\x02\xff\xff\xff\xff\xff")
+	future := []byte(corpusMagic + string(rune(corpusFormat+1)) + "\xff\xff\xff\xff\xff")
 	if _, err := ReadCorpus(bytes.NewReader(withChecksum(future)), "fp"); !errors.Is(err, ErrStale) {
 		t.Errorf("another format: err = %v, want ErrStale", err)
 	}
@@ -134,6 +190,7 @@ func withChecksum(body []byte) []byte {
 // persistDocs make, as WriteTo writes it.
 var corpusDigests = map[string]string{
 	"1/1": "3eeaaa8637bc8de459a8b5a169e579cdd18c6940b00a1a7e37e2950d20c11f95",
+	"2/1": "ca204414f429ab05220440c21c12efd5f592cd24208f2d5641ae1e9d4aaf6f96",
 }
 
 // TestCorpusFormatNamesTheDerivation fails when the stems a corpus holds for the same
