@@ -245,6 +245,42 @@ func TestFoldersThatAreNoKnowledgeBaseIDAreNamed(t *testing.T) {
 	}
 }
 
+// runAndAsk runs the service with args until it has made write (if not nil) and resolved
+// questions in the knowledge base "team", stops it as SIGTERM does, and returns each
+// question's route and source paths (not scores: they move with the hits each start
+// learns).
+func runAndAsk(t *testing.T, args []string, write func(context.Context, quarryv1.KnowledgeServiceClient), questions []string) []string {
+	t.Helper()
+	addr, stop, wait := start(t, args...)
+	conn, err := grpcx.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if write != nil {
+		write(ctx, quarryv1.NewKnowledgeServiceClient(conn))
+	}
+	var out []string
+	for _, q := range questions {
+		res, err := quarryv1.NewSearchServiceClient(conn).Resolve(ctx, &quarryv1.ResolveRequest{KnowledgeBase: "team", Query: q})
+		if err != nil {
+			t.Fatalf("%q: %v", q, err)
+		}
+		line := fmt.Sprintf("%q → %v:", q, res.GetRoute())
+		for _, s := range res.GetSources() {
+			line += " " + s.GetPath()
+		}
+		out = append(out, line)
+	}
+	stop()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return out
+}
+
 // A restart with the same -data-dir answers as the first start did, from the index and
 // term statistics it kept: the statistics file is read, not written again, and a damaged
 // one is computed and kept again, with the same answers.
@@ -259,29 +295,7 @@ func TestARestartAnswersFromWhatTheDataDirKept(t *testing.T) {
 	questions := []string{"walrus rotation runbook", "rotate the jwt signing key", "kafka consumer lag"}
 	ask := func() []string {
 		t.Helper()
-		addr, stop, wait := start(t, "-kb", "team="+root, "-data-dir", data, "-watch=false")
-		conn, err := grpcx.Dial(addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		var out []string
-		for _, q := range questions {
-			res, err := quarryv1.NewSearchServiceClient(conn).Resolve(context.Background(), &quarryv1.ResolveRequest{KnowledgeBase: "team", Query: q})
-			if err != nil {
-				t.Fatalf("%q: %v", q, err)
-			}
-			line := fmt.Sprintf("%q → %v:", q, res.GetRoute())
-			for _, s := range res.GetSources() {
-				line += " " + s.GetPath() // scores move with the hits each start learns
-			}
-			out = append(out, line)
-		}
-		stop()
-		if err := wait(); err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-		return out
+		return runAndAsk(t, []string{"-kb", "team=" + root, "-data-dir", data, "-watch=false"}, nil, questions)
 	}
 	kept := func() (string, os.FileInfo) {
 		t.Helper()
@@ -313,5 +327,60 @@ func TestARestartAnswersFromWhatTheDataDirKept(t *testing.T) {
 	}
 	if _, after := kept(); after.Size() == int64(len("damaged")) {
 		t.Error("the damaged statistics were not computed and kept again")
+	}
+}
+
+// A knowledge base written through the gRPC API keeps its index when the service stops:
+// the next start on the written folder reopens it rather than indexing the folder again,
+// and answers as the written service did.
+func TestARestartAfterWritesReopensTheWrittenIndex(t *testing.T) {
+	data := t.TempDir()
+	root := kbFolder(t, map[string]string{
+		"ops/walrus.md":    "# Walrus rotation\n\nThe walrus rotation runbook for the pager.\n",
+		"auth/jwt/keys.md": "---\ntitle: Signing keys\ntags: [jwt, keys]\n---\nRotate the JWT signing key every 90 days.\n",
+	})
+	questions := []string{"walrus rotation runbook", "kafka consumer lag", "rotate the jwt signing key"}
+	run := func(write func(context.Context, quarryv1.KnowledgeServiceClient)) []string {
+		t.Helper()
+		return runAndAsk(t, []string{"-kb", "team=" + root, "-data-dir", data, "-watch=false"}, write, questions)
+	}
+	// The one index folder kept, named by the tree it holds, and its metadata file, which
+	// a rebuild would replace.
+	index := func() (string, os.FileInfo) {
+		t.Helper()
+		metas, err := filepath.Glob(filepath.Join(data, "team", "*", "index_meta.json"))
+		if err != nil || len(metas) != 1 {
+			t.Fatalf("kept indexes: %v, %v; want one", metas, err)
+		}
+		fi, err := os.Stat(metas[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Base(filepath.Dir(metas[0])), fi
+	}
+
+	run(nil)
+	before, _ := index()
+	written := run(func(ctx context.Context, kc quarryv1.KnowledgeServiceClient) {
+		if _, err := kc.UpsertFile(ctx, &quarryv1.UpsertFileRequest{KnowledgeBase: "team", Path: "ops/kafka.md",
+			Content: []byte("# Kafka\n\nConsumer lag alerts and the rotation of brokers.\n")}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kc.DeleteFile(ctx, &quarryv1.DeleteFileRequest{KnowledgeBase: "team", Path: "ops/walrus.md"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	after, kept := index()
+	if after == before {
+		t.Fatalf("the written index is still kept under the first tree's name %s", before)
+	}
+	if _, err := os.Stat(filepath.Join(data, "team", "corpus-"+after)); err != nil {
+		t.Errorf("no term statistics kept for the written tree: %v", err)
+	}
+	if again := run(nil); !slices.Equal(again, written) {
+		t.Errorf("after a restart:\n%s\nwant, as the written service answered:\n%s", strings.Join(again, "\n"), strings.Join(written, "\n"))
+	}
+	if name, now := index(); name != after || !os.SameFile(now, kept) || !now.ModTime().Equal(kept.ModTime()) {
+		t.Error("the restart indexed the written folder again instead of reopening the kept index")
 	}
 }

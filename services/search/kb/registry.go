@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -177,6 +178,9 @@ type openIndex struct {
 	// dirty marks a persisted index changed in place by a write: it no longer holds the
 	// tree its directory is named after, so no Load may reuse it.
 	dirty bool
+	// broken marks one that a failed write may have left holding part of that write (its
+	// undo failed too): it holds no tree at all, so it is never kept (keepLocked).
+	broken bool
 }
 
 // NewRegistry returns an empty registry.
@@ -413,6 +417,14 @@ func (r *Registry) releaseLocked(k *KB) {
 	if o.refs--; o.refs > 0 {
 		return
 	}
+	r.mu.RLock()
+	cur := r.kbs[k.ID]
+	r.mu.RUnlock()
+	current := cur != nil && cur.ref == o
+	fp := ""
+	if current && o.dirty && !o.broken {
+		fp = r.sealLocked(cur)
+	}
 	if err := o.engine.Close(); err != nil {
 		r.log.Warn("close index", "kb", k.ID, "err", err)
 	}
@@ -422,14 +434,61 @@ func (r *Registry) releaseLocked(k *KB) {
 	if r.open[o.dir] == o {
 		delete(r.open, o.dir)
 	}
-	r.mu.RLock()
-	cur := r.kbs[k.ID]
-	r.mu.RUnlock()
-	if cur == nil || cur.ref != o || o.dirty {
+	switch {
+	case fp != "":
+		r.keepLocked(cur, o.dir, fp)
+	case !current || o.dirty:
 		if err := bleve.RemoveIndexDir(o.dir); err != nil {
 			r.log.Warn("remove stale index", "kb", k.ID, "dir", o.dir, "err", err)
 		}
 	}
+}
+
+// sealLocked records in the current snapshot's persisted index, which writes changed in
+// place, the fingerprint of the tree it now holds, and returns it ("" if it could not).
+// Without it the next start would index every document again: a service whose folder
+// changes (writes, git-sync through the watcher) would restart cold every time. The
+// caller holds loadMu, and the index is closed next (keepLocked).
+func (r *Registry) sealLocked(cur *KB) string {
+	ix, ok := cur.ref.engine.(*bleve.Index)
+	if !ok {
+		return ""
+	}
+	fp := fingerprint(cur.Tree)
+	if err := ix.Keep(fp); err != nil {
+		r.log.Warn("keep the written index for the next start", "kb", cur.ID, "err", err)
+		return ""
+	}
+	return fp
+}
+
+// keepLocked moves a sealed index (sealLocked), now closed, from dir to where the next
+// start on its tree looks for it, and keeps the snapshot's term statistics beside it, as
+// a load keeps them: the written knowledge base restarts as warm as one never written.
+// What it cannot move is removed, and the next start rebuilds it. The caller holds
+// loadMu.
+func (r *Registry) keepLocked(cur *KB, dir, fp string) {
+	base := filepath.Join(r.cfg.DataDir, cur.ID)
+	target := filepath.Join(base, fp)
+	if dir != target {
+		// A folder there is an index of the same tree a crash kept from being removed,
+		// or the remains of one: this one replaces it.
+		err := bleve.RemoveIndexDir(target)
+		if err == nil {
+			err = os.Rename(dir, target)
+		}
+		if err != nil {
+			r.log.Warn("keep the written index for the next start", "kb", cur.ID, "err", err)
+			if err := bleve.RemoveIndexDir(dir); err != nil {
+				r.log.Warn("remove stale index", "kb", cur.ID, "dir", dir, "err", err)
+			}
+			return
+		}
+	}
+	if err := replaceFile(base, corpusPrefix+fp, func(w io.Writer) error { return cur.Corpus.WriteTo(w, fp) }); err != nil {
+		r.log.Warn("keep term statistics", "kb", cur.ID, "err", err)
+	}
+	r.removeStaleCorpora(cur.ID, fp)
 }
 
 // build creates the configured engine for a knowledge base.

@@ -25,18 +25,7 @@ import (
 // large sync, a repair) kept the replaced store and all its entries alive for the life
 // of the process, a leak of a KB's worth of signals per reload.
 func TestTheSignalSaverForgetsReplacedStores(t *testing.T) {
-	root := t.TempDir()
-	if err := os.WriteFile(filepath.Join(root, "a.md"), []byte("# A\n\nText.\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	var cfg Config
-	cfg.RegisterFlags(fs)
-	if err := fs.Parse([]string{"-data-dir", t.TempDir()}); err != nil {
-		t.Fatal(err)
-	}
-	reg := NewRegistry(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	t.Cleanup(reg.Close)
+	root, _, reg := oneFileKB(t, "# A\n\nText.\n", "-data-dir", t.TempDir())
 	ctx := context.Background()
 	var sv signalSaver
 	for range 5 {

@@ -996,9 +996,15 @@ func (r *Registry) apply(ctx context.Context, cur *KB, p *plan) (*KB, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: %T cannot be changed in place", ErrEngine, cur.Engine)
 		}
+		// Changed in place even if the write fails and is undone: a persisted index
+		// then no longer holds the tree its folder is named after.
+		if ref.dir != "" {
+			ref.dirty = true
+		}
 		if err := engine.Apply(ctx, w, changes); err != nil {
 			if uerr := engine.Apply(ctx, w, engine.Inverse(changes)); uerr != nil {
 				r.log.Error("undo a failed index write", "kb", cur.ID, "err", uerr)
+				ref.broken = true
 				return nil, fmt.Errorf("%w: %w (%w)", ErrEngine, err, errRebuild)
 			}
 			return nil, fmt.Errorf("%w: %w", ErrEngine, err)
@@ -1030,9 +1036,6 @@ func (r *Registry) apply(ctx context.Context, cur *KB, p *plan) (*KB, error) {
 		sig.Flush()
 	}
 	ref.refs++
-	if ref.dir != "" {
-		ref.dirty = true
-	}
 	k := &KB{
 		ID:        cur.ID,
 		Version:   contentVersion(r.cfg.VersionSalt, t),

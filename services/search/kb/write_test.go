@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quarry-router/quarry/services/search/kb"
+	"github.com/quarry-router/quarry/services/search/rank"
 	"github.com/quarry-router/quarry/services/search/tree"
 )
 
@@ -242,6 +243,76 @@ func TestWritesToAPersistedIndexAreNotReusedForAnotherTree(t *testing.T) {
 	}
 	if hasPath(search(t, k3, "kafka"), "ops/kafka.md") {
 		t.Error("the reloaded snapshot finds the file removed from the folder")
+	}
+}
+
+// A knowledge base written in place (writes, the watcher) keeps its index and term
+// statistics when the service stops, under the written tree's fingerprint: the next start
+// on that folder reopens them instead of indexing every document again, and answers as a
+// start that indexed the folder would.
+func TestAWrittenKnowledgeBaseRestartsWarm(t *testing.T) {
+	cfg := defaultConfig(t)
+	cfg.DataDir = t.TempDir()
+	root := copyTree(t, exampleKB)
+	const added, removed = "ops/zorblatt.md", "data/postgres/pgbouncer-pooling.md"
+	ctx := context.Background()
+
+	first := newRegistry(t, cfg)
+	k1 := load(t, first, "platform", root)
+	if _, err := first.UpsertFile(ctx, "platform", added, []byte("# Zorblatt\n\nThe zorblatt pool sizer caps every replica.\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.DeleteFile(ctx, "platform", removed); err != nil {
+		t.Fatal(err)
+	}
+	written, err := first.Get("platform")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if written.Engine != k1.Engine {
+		t.Fatal("the writes rebuilt the index instead of changing it in place")
+	}
+	first.Close()
+	dirs, corpora := indexDirs(t, cfg.DataDir, "platform"), corpusFiles(t, cfg.DataDir, "platform")
+	if len(dirs) != 1 || len(corpora) != 1 || corpora[0] != "corpus-"+dirs[0] {
+		t.Fatalf("kept after the run: index folders %v and term statistics %v, want one of each, for one tree", dirs, corpora)
+	}
+	keptCorpus, err := os.Stat(filepath.Join(cfg.DataDir, "platform", corpora[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	second := newRegistry(t, cfg)
+	k2 := load(t, second, "platform", root)
+	if !reused(t, k2) {
+		t.Fatal("the start after the writes rebuilt the index, want the kept one reopened")
+	}
+	if now, err := os.Stat(filepath.Join(cfg.DataDir, "platform", corpora[0])); err != nil || !os.SameFile(now, keptCorpus) {
+		t.Errorf("the term statistics were written again (%v), want the kept ones read", err)
+	}
+	if k2.Engine.Len() != k2.Tree.Len() || k2.Tree.Len() != written.Tree.Len() {
+		t.Errorf("reopened index holds %d documents, the folder %d, the written snapshot %d", k2.Engine.Len(), k2.Tree.Len(), written.Tree.Len())
+	}
+	if !hasPath(search(t, k2, "zorblatt"), added) {
+		t.Error("the reopened index does not find the written file")
+	}
+	if hasPath(search(t, k2, "pgbouncer"), removed) {
+		t.Error("the reopened index finds the deleted file")
+	}
+	// The kept statistics are those the folder's documents give.
+	fresh := rank.NewCorpus(k2.Tree.Docs)
+	if k2.Corpus.N() != fresh.N() {
+		t.Fatalf("kept statistics count %d documents, want %d", k2.Corpus.N(), fresh.N())
+	}
+	for _, d := range k2.Tree.Docs {
+		for _, stem := range rank.DocStems(d) {
+			if k2.Corpus.DF(stem) != fresh.DF(stem) || !k2.Corpus.Contains(d.Path, stem) {
+				t.Fatalf("kept statistics for %q in %s: DF %d, want %d", stem, d.Path, k2.Corpus.DF(stem), fresh.DF(stem))
+			}
+		}
+	}
+	if k2.Corpus.DF("pgbouncer") != fresh.DF("pgbouncer") {
+		t.Errorf("DF(pgbouncer) = %d, want %d after the delete", k2.Corpus.DF("pgbouncer"), fresh.DF("pgbouncer"))
 	}
 }
 

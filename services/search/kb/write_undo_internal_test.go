@@ -2,6 +2,7 @@ package kb
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"log/slog"
@@ -9,25 +10,33 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/quarry-router/quarry/services/search/engine"
 	"github.com/quarry-router/quarry/services/search/tree"
 )
+
+// oneFileKB returns a folder holding a.md with text, and a registry configured by args,
+// closed when the test ends.
+func oneFileKB(t *testing.T, text string, args ...string) (root string, cfg Config, reg *Registry) {
+	t.Helper()
+	root = t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "a.md"), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	reg = NewRegistry(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t.Cleanup(reg.Close)
+	return root, cfg, reg
+}
 
 // TestAnUndoneBatchIsSynced: a write of several files skips each file's fsync and syncs
 // them all once. When such a write fails, the files put back were written the same way,
 // and without a sync after them a crash could bring back the refused write's bytes.
 func TestAnUndoneBatchIsSynced(t *testing.T) {
-	root := t.TempDir()
-	if err := os.WriteFile(filepath.Join(root, "a.md"), []byte("# A\n\nThe old text.\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	var cfg Config
-	cfg.RegisterFlags(fs)
-	if err := fs.Parse(nil); err != nil {
-		t.Fatal(err)
-	}
-	reg := NewRegistry(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	t.Cleanup(reg.Close)
+	root, _, reg := oneFileKB(t, "# A\n\nThe old text.\n")
 	if _, err := reg.Load(context.Background(), "docs", root); err != nil {
 		t.Fatal(err)
 	}
@@ -55,5 +64,68 @@ func TestAnUndoneBatchIsSynced(t *testing.T) {
 	}
 	if len(seen) == 0 || seen[len(seen)-1] != "# A\n\nThe old text.\n" {
 		t.Errorf("folder synced with a.md holding %q; want a sync after the undo put the old text back", seen)
+	}
+}
+
+// halfWriter is an engine whose write fails after changing the index, and whose undo
+// fails too: the index is left holding part of a write that did not happen.
+type halfWriter struct {
+	engine.Backend
+	w     engine.Writer
+	calls int
+}
+
+func (h *halfWriter) Apply(ctx context.Context, changes []engine.Change) error {
+	h.calls++
+	if h.calls == 1 {
+		if err := h.w.Apply(ctx, changes); err != nil {
+			return err
+		}
+	}
+	return errors.New("the engine broke mid-write")
+}
+
+// A persisted index that a failed write may have changed is rebuilt from the folder, not
+// reopened from the open index of the same tree, and is not kept for the next start.
+func TestAHalfWrittenPersistedIndexIsRebuilt(t *testing.T) {
+	root, cfg, reg := oneFileKB(t, "# A\n\nThe old text.\n", "-data-dir", t.TempDir())
+	ctx := context.Background()
+	k, err := reg.Load(ctx, "docs", root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := &halfWriter{Backend: k.Engine, w: k.Engine.(engine.Writer)}
+	k.Engine = broken
+
+	if _, err := reg.UpsertFile(ctx, "docs", "b.md", []byte("# B\n\nThe zorblatt sizer.\n")); !errors.Is(err, ErrEngine) {
+		t.Fatalf("write through a broken engine = %v, want ErrEngine", err)
+	}
+	if broken.calls != 2 {
+		t.Fatalf("the engine was asked %d times, want the write and its undo", broken.calls)
+	}
+	zorblatt := func(k *KB) bool {
+		hits, err := k.Engine.Search(ctx, engine.Query{Terms: []string{"zorblatt"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(hits) > 0
+	}
+	now, err := reg.Get("docs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.Engine == k.Engine || now.ref == k.ref || zorblatt(now) {
+		t.Fatal("after the failed write the knowledge base still searches the half-written index")
+	}
+	reg.Close()
+
+	next := NewRegistry(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t.Cleanup(next.Close)
+	k, err = next.Load(ctx, "docs", root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if zorblatt(k) {
+		t.Error("the next start finds the failed write")
 	}
 }

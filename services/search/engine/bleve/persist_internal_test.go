@@ -2,8 +2,11 @@ package bleve
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/quarry-router/quarry/services/search/engine"
@@ -111,4 +114,89 @@ func persisted(t *testing.T, edit func(*Index, Config) error) Config {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// An index changed in place and then kept (Keep) under the new tree's fingerprint
+// reopens for that tree as if it had been built from it: the same documents, the same
+// BM25 statistics and the same scores. Without Keep, or under the old tree's
+// fingerprint, it is rebuilt.
+func TestAnIndexKeptAfterWritesReopensLikeABuild(t *testing.T) {
+	changed := kb[2]
+	changed.Content = "Sessions expire after a day; the refresh endpoint extends them once."
+	added := engine.Doc{Path: "ops/kafka.md", Folder: "ops", Title: "Kafka", Content: "Consumer lag pages the on-call engineer."}
+	changes := []engine.Change{
+		{Old: &kb[2], New: &changed},
+		{New: &added},
+		{Old: &kb[7]}, // data/postgres_backups.md
+	}
+	after := []engine.Doc{kb[0], kb[1], changed, kb[3], kb[4], kb[5], kb[6], added}
+
+	write := func(keep string) func(*Index, Config) error {
+		return func(ix *Index, _ Config) error {
+			if err := ix.Apply(context.Background(), changes); err != nil {
+				return err
+			}
+			if keep == "" {
+				return nil
+			}
+			return ix.Keep(keep)
+		}
+	}
+	fresh := build(t, after, DefaultConfig())
+	queries := [][]string{{"refresh"}, {"sessions", "expire"}, {"on-call"}, {"kafka", "lag"}, {"snapshots"}, {"rotation", "keys"}}
+
+	tests := []struct {
+		name   string
+		keep   string // the fingerprint kept after the writes ("": none)
+		reopen string // the fingerprint the next Build asks for
+		reused bool
+	}{
+		{"kept: reopens for the written tree", "tree-2", "tree-2", true},
+		{"kept: not for the tree it was built from", "tree-2", "tree-1", false},
+		{"not kept: rebuilt", "", "tree-2", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := persisted(t, write(tc.keep))
+			cfg.Fingerprint = tc.reopen
+			ix := build(t, after, cfg)
+			if ix.Reused() != tc.reused {
+				t.Fatalf("reused = %v, want %v", ix.Reused(), tc.reused)
+			}
+			if ix.Len() != len(after) {
+				t.Errorf("Len = %d, want %d", ix.Len(), len(after))
+			}
+			if !reflect.DeepEqual(ix.bm25, bm25Stats(after)) {
+				t.Errorf("BM25 statistics %+v, want those of the written tree %+v", ix.bm25, bm25Stats(after))
+			}
+			for _, q := range queries {
+				got, err := ix.Search(context.Background(), engine.Query{Terms: q})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := fresh.Search(context.Background(), engine.Query{Terms: q})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !sameHits(got, want) {
+					t.Errorf("search %v = %v, want what a build of the tree finds: %v", q, got, want)
+				}
+			}
+		})
+	}
+}
+
+// sameHits compares hits by path and score, ignoring the order of equal scores.
+func sameHits(a, b []engine.Hit) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	key := func(h engine.Hit) string { return fmt.Sprintf("%s %.9g", h.Path, h.Score) }
+	ka, kb := make([]string, len(a)), make([]string, len(b))
+	for i := range a {
+		ka[i], kb[i] = key(a[i]), key(b[i])
+	}
+	slices.Sort(ka)
+	slices.Sort(kb)
+	return slices.Equal(ka, kb)
 }

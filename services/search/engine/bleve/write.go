@@ -2,6 +2,8 @@ package bleve
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -82,6 +84,42 @@ func (ix *Index) Apply(ctx context.Context, changes []engine.Change) error {
 		}
 	}
 	return flush()
+}
+
+// Keep records, in a persisted index that Apply changed, that it now holds the documents
+// whose content fingerprint is fingerprint, with their BM25 statistics: a Build with that
+// fingerprint then reopens it instead of indexing every document again. The caller
+// vouches for the claim (every Apply succeeded or was undone) and moves the folder where
+// that Build looks; the fingerprint is written last, as Build writes it.
+func (ix *Index) Keep(fingerprint string) error {
+	if ix.cfg.Dir == "" || fingerprint == "" {
+		return errors.New("bleve keep: only a persisted index, under a fingerprint")
+	}
+	ix.writeMu.Lock()
+	defer ix.writeMu.Unlock()
+	ix.mu.RLock()
+	st := ix.bm25
+	ix.mu.RUnlock()
+	// Stats from before the writes must not be read back with the new documents: Build
+	// trusts any whose document count matches.
+	var err error
+	if st != nil {
+		var raw []byte
+		if raw, err = json.Marshal(st); err == nil {
+			err = ix.idx.SetInternal([]byte(bm25Key), raw)
+		}
+	} else {
+		err = ix.idx.DeleteInternal([]byte(bm25Key))
+	}
+	if err != nil {
+		return fmt.Errorf("bleve keep: bm25 stats: %w", err)
+	}
+	cfg := ix.cfg
+	cfg.Fingerprint = fingerprint
+	if err := ix.idx.SetInternal([]byte(fingerprintKey), []byte(storedFingerprint(cfg))); err != nil {
+		return fmt.Errorf("bleve keep: fingerprint: %w", err)
+	}
+	return nil
 }
 
 // publish makes new statistics visible to searches.
