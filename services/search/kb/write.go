@@ -668,6 +668,11 @@ func archivedPaths(path string, cfg tree.Config) (target, stub, orig string, err
 		target = clean
 	}
 	stub, orig = tree.ArchivePaths(target)
+	if tree.IsStub(orig) {
+		// "a/b.stub.md" would be kept at "a/_archived/b.stub.md", which is a/b.md's
+		// ghost cue: ArchiveFile never archives such a name, so none is archived.
+		return "", "", "", fmt.Errorf("%w: %s", ErrNotArchived, clean)
+	}
 	return target, stub, orig, nil
 }
 

@@ -157,6 +157,46 @@ func TestArchiveRefusesWhatTheLoaderCannotReadBack(t *testing.T) {
 	}
 }
 
+// A name ending in .stub.md is never archived (ArchiveFile refuses it), so restoring or
+// reading it finds nothing. It used to name the ghost cue of the file without ".stub":
+// RestoreFile("ops/pager.stub.md") wrote that cue as a live document, deleted it, and
+// orphaned ops/pager.md's archived full text.
+func TestAStubNameIsNotAnArchivedFile(t *testing.T) {
+	ctx := context.Background()
+	reg := newRegistry(t, defaultConfig(t))
+	root := writeTree(t, map[string]string{
+		"ops/_index.md": "# Ops\n",
+		"ops/pager.md":  "# Pager\n\nThe pager rotates weekly.\n",
+	})
+	load(t, reg, "team", root)
+	if _, err := reg.ArchiveFile(ctx, "team", "ops/pager.md"); err != nil {
+		t.Fatal(err)
+	}
+	archived := folderFiles(t, root)
+	before, err := reg.Get("team")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"ops/pager.stub.md", "ops/_archived/pager.stub.stub.md"} {
+		if _, err := reg.RestoreFile(ctx, "team", p); !errors.Is(err, kb.ErrNotArchived) {
+			t.Errorf("RestoreFile(%s) = %v, want ErrNotArchived", p, err)
+		}
+		if _, _, _, err := reg.ReadArchivedFile(ctx, "team", p); !errors.Is(err, kb.ErrNotArchived) {
+			t.Errorf("ReadArchivedFile(%s) = %v, want ErrNotArchived", p, err)
+		}
+	}
+	if got := folderFiles(t, root); !slices.Equal(got, archived) {
+		t.Errorf("the folder holds %v after refused restores, want %v", got, archived)
+	}
+	if k, _ := reg.Get("team"); k.Generation != before.Generation {
+		t.Errorf("generation %d → %d after refused restores", before.Generation, k.Generation)
+	}
+	// The archived file itself still comes back, by either name.
+	if _, err := reg.RestoreFile(ctx, "team", "ops/_archived/pager.stub.md"); err != nil {
+		t.Fatalf("RestoreFile by the cue's path: %v", err)
+	}
+}
+
 // TestArchiveKeepsManyTags: a ghost cue carries its file's tags. Written as a YAML block
 // list they take about twice the bytes of a comma-separated tag line, and a file within
 // the front-matter limit got a cue over it: its archive was refused as a bad file.
