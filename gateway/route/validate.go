@@ -8,6 +8,7 @@ import (
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/kbid"
+	"github.com/quarry-router/quarry/platform/text"
 )
 
 // Errors the router returns; callers test them with errors.Is. The wrapped messages of
@@ -40,16 +41,12 @@ func (r *Router) validate(req *quarryv1.QueryRequest) error {
 	if !utf8.ValidString(q) {
 		return fmt.Errorf("%w: query is not valid UTF-8", ErrInvalidQuery)
 	}
-	blank := true
 	for _, c := range q {
 		if unicode.IsControl(c) && c != '\t' && c != '\n' && c != '\r' {
 			return fmt.Errorf("%w: query contains the control character U+%04X", ErrInvalidQuery, c)
 		}
-		if blank && !unicode.IsSpace(c) {
-			blank = false
-		}
 	}
-	if blank {
+	if text.Blank(q) {
 		return fmt.Errorf("%w: query is empty", ErrInvalidQuery)
 	}
 	return nil

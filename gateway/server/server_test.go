@@ -121,6 +121,7 @@ func TestQueryStatusCodes(t *testing.T) {
 	}{
 		{"an answer is OK", "kb", "rotate keys", 0, codes.OK, ""},
 		{"an empty query is INVALID_ARGUMENT", "kb", "  ", 0, codes.InvalidArgument, "query is empty"},
+		{"a query of invisible characters is INVALID_ARGUMENT", "kb", "\u00ad\u200b\ufeff", 0, codes.InvalidArgument, "query is empty"},
 		{"an oversized query is INVALID_ARGUMENT", "kb", strings.Repeat("x", 5000), 0, codes.InvalidArgument, "limit is 4096"},
 		{"a malformed knowledge base id is INVALID_ARGUMENT", "../etc", "rotate keys", 0, codes.InvalidArgument, "knowledge base"},
 		{"an unknown knowledge base is NOT_FOUND", "nope", "rotate keys", 0, codes.NotFound, `"nope"`},

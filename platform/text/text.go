@@ -51,6 +51,18 @@ func Normalise(q string) string {
 	return compose(b.String())
 }
 
+// Blank reports whether q holds nothing but white space and invisible format characters:
+// what Normalise reduces to "". Such a query is as empty as "" (a lone soft hyphen or
+// zero-width space would otherwise be answered, and cached, as the empty question).
+func Blank(q string) bool {
+	for _, r := range q {
+		if !unicode.IsSpace(r) && r != zeroWidthSpace && !isInvisible(r) {
+			return false
+		}
+	}
+	return true
+}
+
 // Words splits s on white space and punctuation into lower-case words. Letters, digits
 // and marks make up words; an apostrophe or an invisible format character inside a
 // word is dropped ("don't" is "dont", "team's" is "teams", "observ\u00adability" is

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 	"unicode"
+	"unicode/utf8"
 	"unsafe"
 
 	"golang.org/x/text/unicode/norm"
@@ -32,6 +33,15 @@ func TestNormalise(t *testing.T) {
 				t.Errorf("Normalise(%q) = %q, want %q", tt.in, got, tt.want)
 			}
 		})
+	}
+}
+
+// Blank holds exactly the queries Normalise reduces to nothing.
+func TestBlank(t *testing.T) {
+	for _, q := range []string{"", " ", "\t\n", "\u00ad", "\u200b", "\ufeff\u00ad", "\u200b\u200b", " \u200d ", "\u3000", "?", "a", "\u00ada", "-", "\u0301", "\u2060x"} {
+		if got, want := Blank(q), Normalise(q) == ""; got != want {
+			t.Errorf("Blank(%+q) = %v, want %v (Normalise gives %+q)", q, got, want, Normalise(q))
+		}
 	}
 }
 
@@ -104,6 +114,9 @@ func FuzzTokens(f *testing.F) {
 		n := Normalise(s)
 		if Normalise(n) != n {
 			t.Errorf("Normalise is not idempotent on %q", s)
+		}
+		if utf8.ValidString(s) && Blank(s) != (n == "") {
+			t.Errorf("Blank(%+q) = %v, but Normalise gives %+q", s, Blank(s), n)
 		}
 		// The exact cache answers a question with the answer to any other of the same
 		// form, so the form must not change what is searched for.

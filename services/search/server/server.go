@@ -7,13 +7,13 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 	"unicode/utf8"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/auth"
+	"github.com/quarry-router/quarry/platform/text"
 	"github.com/quarry-router/quarry/services/search/engine"
 	"github.com/quarry-router/quarry/services/search/gate"
 	"github.com/quarry-router/quarry/services/search/kb"
@@ -232,7 +232,7 @@ func clip(msg string) string {
 
 // checkQuery rejects what no search can answer: an empty or oversized query.
 func checkQuery(q string) error {
-	if strings.TrimSpace(q) == "" {
+	if text.Blank(q) {
 		return status.Error(codes.InvalidArgument, "query is empty")
 	}
 	if len(q) > maxQueryBytes {

@@ -653,6 +653,10 @@ func TestErrorsMapToStatusCodes(t *testing.T) {
 			_, err := c.Resolve(ctx, &quarryv1.ResolveRequest{KnowledgeBase: platform, Query: " \t "})
 			return err
 		}, codes.InvalidArgument},
+		{"Resolve: a query of invisible characters", func(ctx context.Context, c quarryv1.SearchServiceClient) error {
+			_, err := c.Resolve(ctx, &quarryv1.ResolveRequest{KnowledgeBase: platform, Query: "\u00ad\u200b\ufeff"})
+			return err
+		}, codes.InvalidArgument},
 		{"Search: empty query", func(ctx context.Context, c quarryv1.SearchServiceClient) error {
 			_, err := c.Search(ctx, &quarryv1.SearchRequest{KnowledgeBase: platform})
 			return err
