@@ -245,11 +245,19 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	log.Info("gateway starting", "addr", lis.Addr().String(), "search", cfg.SearchAddr, "agent", cfg.AgentAddr, "cache", cfg.CacheBackend)
 
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return watcher.Run(gctx) })
+	// The generations are followed until the server has stopped, not only until the
+	// signal: Serve answers on through -drain-grace and drains the calls in flight, and a
+	// view frozen at the signal would serve an old generation's cached answers meanwhile.
+	wctx, stopWatching := context.WithCancel(context.WithoutCancel(gctx))
+	defer stopWatching()
+	g.Go(func() error { return watcher.Run(wctx) })
 	if shared != nil {
-		g.Go(func() error { return shared.Run(gctx, watcher) })
+		g.Go(func() error { return shared.Run(wctx, watcher) })
 	}
-	g.Go(func() error { return srv.Serve(gctx, lis) })
+	g.Go(func() error {
+		defer stopWatching()
+		return srv.Serve(gctx, lis)
+	})
 	g.Go(func() error {
 		if watcher.WaitReady(gctx) != nil {
 			return nil // shutting down before the first state arrived

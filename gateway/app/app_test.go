@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -310,5 +311,114 @@ func TestDefaultDrainOutlastsAnAgentAnswer(t *testing.T) {
 	}
 	if cfg.Serve.MaxConnectionAge != grpcx.DefaultMaxConnectionAge {
 		t.Errorf("-max-connection-age %s, want %s", cfg.Serve.MaxConnectionAge, grpcx.DefaultMaxConnectionAge)
+	}
+}
+
+// bumpingSearch is a search service whose knowledge base "kb" moves from generation 5 to
+// 6 when bump is closed.
+type bumpingSearch struct {
+	quarryv1.UnimplementedSearchServiceServer
+	bump chan struct{}
+	gen  atomic.Uint64
+}
+
+func (s *bumpingSearch) WatchGenerations(_ *quarryv1.WatchGenerationsRequest, stream quarryv1.SearchService_WatchGenerationsServer) error {
+	send := func() error {
+		return stream.Send(&quarryv1.WatchGenerationsResponse{KnowledgeBases: []*quarryv1.KnowledgeBaseState{{Id: "kb", Generation: s.gen.Load()}}})
+	}
+	if err := send(); err != nil {
+		return err
+	}
+	select {
+	case <-s.bump:
+		if err := send(); err != nil {
+			return err
+		}
+	case <-stream.Context().Done():
+		return nil
+	}
+	<-stream.Context().Done()
+	return nil
+}
+
+func (s *bumpingSearch) Resolve(context.Context, *quarryv1.ResolveRequest) (*quarryv1.ResolveResponse, error) {
+	return &quarryv1.ResolveResponse{Route: quarryv1.Tier_TIER_DIRECT, Answer: "direct answer", Generation: s.gen.Load(),
+		Sources: []*quarryv1.Source{{Path: "a.md"}}}, nil
+}
+
+// While a stopping gateway still answers (-drain-grace), it follows the knowledge bases'
+// generations: a change then is not answered from the cache of the generation before it.
+func TestADrainingGatewayFollowsGenerations(t *testing.T) {
+	search := &bumpingSearch{bump: make(chan struct{})}
+	search.gen.Store(5)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss := grpc.NewServer()
+	quarryv1.RegisterSearchServiceServer(ss, search)
+	go func() { _ = ss.Serve(lis) }()
+	t.Cleanup(ss.Stop)
+
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrs := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"-listen", "127.0.0.1:0", "-search-addr", lis.Addr().String(), "-drain-grace", "3s"}, log, func(a net.Addr) { addrs <- a })
+	}()
+	var addr net.Addr
+	select {
+	case addr = <-addrs:
+	case err := <-done:
+		t.Fatalf("Run returned before it was ready: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("gateway not ready")
+	}
+	conn, err := grpcx.Dial(addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := quarryv1.NewQueryServiceClient(conn)
+	ask := func() *quarryv1.QueryResponse {
+		t.Helper()
+		qctx, qcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer qcancel()
+		resp, err := client.Query(qctx, &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "rotate keys"})
+		if err != nil {
+			t.Fatalf("Query: %v", err)
+		}
+		return resp
+	}
+	if r := ask(); r.GetGeneration() != 5 {
+		t.Fatalf("generation %d, want 5", r.GetGeneration())
+	}
+	if r := ask(); !r.GetFromCache() {
+		t.Fatal("the repeated question was not answered from the cache")
+	}
+
+	cancel() // SIGTERM: NOT_SERVING, but answering for -drain-grace
+	search.gen.Store(6)
+	close(search.bump)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		r := ask()
+		if r.GetGeneration() == 6 && !r.GetFromCache() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("during the drain: generation %d from cache %v; want generation 6's answer", r.GetGeneration(), r.GetFromCache())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return after the drain")
 	}
 }
