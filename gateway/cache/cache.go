@@ -56,12 +56,21 @@ type Store interface {
 	// Similar returns the entry of the same knowledge base and generation whose tokens
 	// have the highest Jaccard similarity with tokens, if it reaches Config.FuzzyMin,
 	// with that similarity. Ties go to the most recently stored entry. Queries and
-	// entries with fewer than Config.FuzzyMinTokens tokens never match. ErrMiss otherwise.
+	// entries with fewer than Config.FuzzyMinTokens distinct tokens, or more than
+	// MaxFuzzyTokens, never match. ErrMiss otherwise.
 	Similar(ctx context.Context, kb string, gen uint64, tokens []string) (*Entry, float64, error)
 	// Put stores e, replacing any entry with the same key. ErrTooLarge when e.Size()
 	// exceeds Config.MaxEntryBytes.
 	Put(ctx context.Context, e *Entry) error
 }
+
+// MaxFuzzyTokens bounds the distinct tokens of a question that takes part in fuzzy
+// matching, as a lookup or as a cached entry: questions have a few dozen words at most,
+// and text pasted into a question (a log, a stack trace) is not reworded. In Redis each
+// entry's name in every one of its token postings carries its whole token signature, so
+// an entry costs the square of its tokens: one of 676 (2.7 KB, within -max-query-bytes)
+// took 1.8 MB of Redis memory, and a lookup among a hundred of them 23 ms of its time.
+const MaxFuzzyTokens = 64
 
 // MaxTTL is the longest -cache-ttl: ten years, as good as never.
 const MaxTTL = 10 * 365 * 24 * time.Hour

@@ -49,7 +49,7 @@ type posting struct {
 type node struct {
 	e       *Entry
 	part    *partition
-	pos     []int // pos[i] is the node's index in part.postings[e.Tokens[i]]
+	pos     []int // pos[i] is the node's index in part.postings[e.Tokens[i]]; nil when not posted (MaxFuzzyTokens)
 	expires int64 // unix nanoseconds
 	seq     uint64
 	size    int // e.Size()
@@ -103,7 +103,7 @@ func (m *Memory) Similar(_ context.Context, kb string, gen uint64, tokens []stri
 		return nil, 0, ErrMiss
 	}
 	tokens, nq := uniq(tokens)
-	if nq < m.cfg.FuzzyMinTokens {
+	if nq < m.cfg.FuzzyMinTokens || nq > MaxFuzzyTokens {
 		return nil, 0, ErrMiss
 	}
 	now := m.now().UnixNano()
@@ -245,7 +245,12 @@ func (m *Memory) Put(_ context.Context, e *Entry) error {
 		Value:      e.Value,
 		StoredAt:   now,
 	}
-	n := &node{e: c, pos: make([]int, len(c.Tokens)), expires: now.Add(m.cfg.TTL).UnixNano(), size: c.Size()}
+	n := &node{e: c, expires: now.Add(m.cfg.TTL).UnixNano(), size: c.Size()}
+	if len(c.Tokens) <= MaxFuzzyTokens {
+		// Posted under each token (pos holds where); an entry with more takes no part in
+		// fuzzy matching, as in Redis.
+		n.pos = make([]int, len(c.Tokens))
+	}
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -271,7 +276,7 @@ func (m *Memory) Put(_ context.Context, e *Entry) error {
 	n.seq = m.seq
 	n.part = p
 	p.exact[c.Query] = n
-	for i, t := range c.Tokens {
+	for i, t := range c.Tokens[:len(n.pos)] {
 		list := p.postings[t]
 		n.pos[i] = len(list)
 		p.postings[t] = append(list, n)
@@ -297,7 +302,7 @@ func (m *Memory) remove(n *node) {
 	n.prev, n.next = nil, nil
 	p := n.part
 	delete(p.exact, n.e.Query)
-	for i, t := range n.e.Tokens {
+	for i, t := range n.e.Tokens[:len(n.pos)] {
 		list := p.postings[t]
 		idx, last := n.pos[i], len(list)-1
 		if idx != last {

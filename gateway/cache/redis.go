@@ -192,10 +192,6 @@ func member(tokens []string, part string) string {
 	return string(append(b, part...))
 }
 
-// maxIndexedTokens bounds the token count an entry's signature can carry; an entry with
-// more (no real question has that many words) is not indexed for fuzzy matching.
-const maxIndexedTokens = 1<<16 - 1
-
 // tokenHash is 24 bits of a token's FNV-1a hash. A collision, or a match across two
 // tokens' bytes, can only make the lookup prefer a candidate that the exact check in Go
 // then rejects.
@@ -307,7 +303,7 @@ func (r *Redis) Similar(ctx context.Context, kb string, gen uint64, tokens []str
 		return nil, 0, ErrMiss
 	}
 	tokens, nq := uniq(tokens)
-	if nq < r.cfg.FuzzyMinTokens {
+	if nq < r.cfg.FuzzyMinTokens || nq > MaxFuzzyTokens {
 		return nil, 0, ErrMiss
 	}
 	keys := make([]string, 0, 2+nq)
@@ -379,8 +375,9 @@ func (r *Redis) Put(ctx context.Context, e *Entry) error {
 	part := keyPart(e.Query)
 	keys := make([]string, 0, 3+len(tokens))
 	keys = append(keys, r.entryPrefix(e.KB, e.Generation)+part, r.lruKey, r.seqKey)
-	// An entry with too few tokens never takes part in fuzzy matching: no postings.
-	if len(tokens) >= r.cfg.FuzzyMinTokens && len(tokens) <= maxIndexedTokens {
+	// An entry with too few or too many tokens never takes part in fuzzy matching: no
+	// postings.
+	if len(tokens) >= r.cfg.FuzzyMinTokens && len(tokens) <= MaxFuzzyTokens {
 		for _, t := range tokens {
 			keys = append(keys, r.postingKey(e.KB, e.Generation, t))
 		}

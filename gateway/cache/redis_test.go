@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -463,5 +464,49 @@ func TestRedisAtMaxmemoryStillServesItsEntries(t *testing.T) {
 	}
 	if n := client.ZCard(ctx, "q:lru").Val(); n != 1 {
 		t.Errorf("the LRU index holds %d entries, want 1", n)
+	}
+}
+
+// An entry of a long question (a log pasted into it) is stored in the size of its
+// bytes, not the square of its tokens: it writes no postings, whose members would each
+// carry its whole token signature.
+func TestRedisALongQuestionCostsItsSize(t *testing.T) {
+	srv := redistest.Start(t)
+	rc := testRedisConfig(srv.Addr, "q:")
+	client := newClient(t, rc)
+	ctx := context.Background()
+	s := cache.NewRedis(client, cache.DefaultConfig(), rc, time.Now, nil)
+	tokens := make([]string, 676)
+	for i := range tokens {
+		tokens[i] = fmt.Sprintf("t%d", i)
+	}
+	e := &cache.Entry{KB: "kb", Generation: 7, Query: strings.Join(tokens, " "), Tokens: tokens, Value: []byte("answer")}
+	if err := s.Put(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "kb", 7, e.Query); err != nil {
+		t.Fatalf("Get of the long question: %v", err)
+	}
+	postings, err := client.Keys(ctx, "q:t:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(postings) != 0 {
+		t.Errorf("%d postings for an entry of %d tokens, want none", len(postings), len(tokens))
+	}
+	used, err := client.Info(ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bytes int64
+	for _, line := range strings.Split(used, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			bytes, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	// An empty redis-server uses about 1 MB; the entry itself a few KB. Posted under
+	// every token, it took 1.8 MB more.
+	if bytes > 1<<20+512<<10 {
+		t.Errorf("Redis uses %d bytes after one long question's entry", bytes)
 	}
 }

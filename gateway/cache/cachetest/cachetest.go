@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -142,6 +143,33 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 		got, _ := e.similar("kb", 1, "rotate", "keys")
 		if string(got.Value) != "answer to rotate keys" {
 			t.Fatalf("Similar after replace returned %q, want the new value", got.Value)
+		}
+	})
+
+	t.Run("a question of more than MaxFuzzyTokens tokens takes no part in fuzzy matching", func(t *testing.T) {
+		e := setup(t, newStore, nil)
+		words := func(n int) []string {
+			out := make([]string, n)
+			for i := range out {
+				out[i] = fmt.Sprintf("word%d", i)
+			}
+			return out
+		}
+		most, over := words(cache.MaxFuzzyTokens), words(cache.MaxFuzzyTokens+1)
+		e.put(entry("kb", 1, "most", most...))
+		e.put(entry("kb", 1, "over", over...))
+		e.hit("kb", 1, "over") // an exact hit as any other
+		if got, _ := e.similar("kb", 1, most...); got.Query != "most" {
+			t.Fatalf("Similar with the most tokens found %q, want the entry with them", got.Query)
+		}
+		// The entry of too many tokens is not found by its own tokens, and a lookup of
+		// too many does not reach the entry they hold all of.
+		e.noSimilar("kb", 1, over...)
+		e.noSimilar("kb", 1, append(slices.Clone(most), "extra")...)
+		// Taken out by eviction or replacement like any other.
+		e.put(entry("kb", 1, "over", over[:3]...))
+		if got, _ := e.similar("kb", 1, over[:3]...); got.Query != "over" {
+			t.Fatalf("Similar after the replacement found %q, want the replaced entry", got.Query)
 		}
 	})
 
