@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -59,7 +62,7 @@ func (c *Config) Validate() error {
 		u, err := url.Parse(c.BaseURL)
 		switch {
 		case err != nil:
-			errs = append(errs, fmt.Errorf("-llm-base-url: %w", err))
+			errs = append(errs, fmt.Errorf("-llm-base-url %q: %w", redact(c.BaseURL), parseReason(c.BaseURL, err)))
 		case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
 			errs = append(errs, fmt.Errorf("-llm-base-url %q: want http(s)://host[:port]/path", redact(c.BaseURL)))
 		}
@@ -115,10 +118,54 @@ func (c Config) LogValue() slog.Value {
 func redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "(unparseable URL)"
+		return redactText(raw)
 	}
 	if u.User != nil {
 		u.User = url.User("REDACTED")
 	}
 	return u.String()
+}
+
+// redactText drops user information from a URL that does not parse, so that it can
+// still be shown: everything up to the last '@' after the scheme. A password with an
+// unescaped '/', '?' or '#' is dropped whole too (url.Parse would take its tail for the
+// host), and so is the host when an '@' follows it: more is left out, never less.
+func redactText(raw string) string {
+	at := strings.LastIndex(raw, "@")
+	if at < 0 {
+		return raw
+	}
+	start := 0
+	if i := strings.Index(raw[:at], "://"); i >= 0 {
+		start = i + len("://")
+	}
+	return raw[:start] + "REDACTED" + raw[at:]
+}
+
+// quoted matches the %q pieces of an error's text.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// parseReason is why url.Parse refused raw, without raw: its *url.Error quotes the
+// URL whole, user:password@ included, and Validate's errors are printed at startup.
+// The reason may still quote the piece it stopped at ("invalid URL escape \"%zz\"",
+// "invalid port \":44x\" after host"), which is in the password when the password is
+// what is malformed; a piece the redacted URL does not show is left out.
+func parseReason(raw string, err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	shown := redactText(raw)
+	scrubbed := false
+	msg := quoted.ReplaceAllStringFunc(err.Error(), func(q string) string {
+		if s, uerr := strconv.Unquote(q); uerr == nil && strings.Contains(shown, s) {
+			return q
+		}
+		scrubbed = true
+		return "(in the user information, not shown)"
+	})
+	if scrubbed {
+		return errors.New(msg)
+	}
+	return err
 }
