@@ -11,12 +11,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -201,18 +203,45 @@ func (p *OpenAI) attempt(ctx context.Context, body []byte, onDelta func(string) 
 			}
 		}
 	}
+	finished := len(acc.Choices) > 0 && acc.Choices[0].FinishReason != ""
 	if err := stream.Err(); err != nil {
 		if actx.Err() != nil && ctx.Err() == nil {
 			// The attempt's own timeout, whatever layer noticed it first.
 			return nil, emitted, fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
 		}
-		return nil, emitted, err
+		// After the finish reason only the usage chunk and [DONE] were still to come:
+		// a connection lost then (a proxy or load balancer closing it early) has cost
+		// nothing of the turn, and failing it would throw away a whole streamed answer
+		// or pay for the same tool calls again. The usage is then missing, as from a
+		// server that never sends it. An error the server itself sent is never this.
+		if !finished || actx.Err() != nil || !transportBreak(err) {
+			return nil, emitted, err
+		}
+		slog.DebugContext(ctx, "the LLM stream broke off after the turn finished; the turn is kept", "error", err)
 	}
-	if len(acc.Choices) == 0 || acc.Choices[0].FinishReason == "" {
+	if !finished {
 		return nil, emitted, errBrokenStream
 	}
 	acc.Usage = usage
 	return p.turn(&acc.ChatCompletion), emitted, nil
+}
+
+// transportBreak reports whether a stream failed because its connection did, not
+// because of anything the server sent: the body cut short (io.ErrUnexpectedEOF, as a
+// chunked or TLS stream closed mid-way reads), or the connection reset or aborted. An
+// error event (*ssestream.StreamError) or a chunk that cannot be decoded is the
+// server's word and is not one; nor is an attempt that ran out of time or was
+// cancelled (context errors are net.Errors too).
+func transportBreak(err error) bool {
+	var streamErr *ssestream.StreamError
+	var apiErr *openai.Error
+	if errors.As(err, &streamErr) || errors.As(err, &apiErr) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var netErr net.Error
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &netErr) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE)
 }
 
 // toolSlots numbers the tool calls of a streamed turn 0, 1, 2... in the order they
@@ -527,22 +556,41 @@ func (p *OpenAI) delay(err error, attempt int) (d time.Duration, ok bool) {
 	return d, true
 }
 
-// retryAfter reads Retry-After-Ms or Retry-After (seconds, or an HTTP date).
+// retryAfter reads Retry-After-Ms or Retry-After (seconds, or an HTTP date). A wait
+// too long for a time.Duration (+Inf, 1e300) comes back as the longest one, so that it
+// is over any cap: converted as it is, it would overflow to a negative wait, under the
+// cap, and be retried at once. NaN and negative values are unreadable, as garbage is.
 func retryAfter(h http.Header) (time.Duration, bool) {
 	if v := h.Get("Retry-After-Ms"); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 {
-			return time.Duration(ms * float64(time.Millisecond)), true
+		if d, ok := duration(v, time.Millisecond); ok {
+			return d, true
 		}
 	}
 	v := h.Get("Retry-After")
 	if v == "" {
 		return 0, false
 	}
-	if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
-		return time.Duration(s * float64(time.Second)), true
+	if d, ok := duration(v, time.Second); ok {
+		return d, true
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		return max(time.Until(t), 0), true
 	}
 	return 0, false
+}
+
+// duration reads a number of units, saturating at the longest time.Duration.
+func duration(v string, unit time.Duration) (time.Duration, bool) {
+	n, err := strconv.ParseFloat(v, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		err = nil // out of float64's range: n is ±Inf, read below like "inf"
+	}
+	if err != nil || math.IsNaN(n) || n < 0 {
+		return 0, false
+	}
+	// Compared in units, before multiplying: the product is what overflows.
+	if n >= float64(math.MaxInt64/int64(unit)) {
+		return math.MaxInt64, true
+	}
+	return time.Duration(n * float64(unit)), true
 }

@@ -158,6 +158,9 @@ func TestFailuresAreRetriedWithinBounds(t *testing.T) {
 		{"a client error is not retried", []llmtest.Turn{{Status: 400}, {Content: "never"}}, 0, "HTTP 400 Bad Request after 1 attempt", 1},
 		{"a bad key is not retried and says so", []llmtest.Turn{{Status: 401}}, 0, "HTTP 401 Unauthorized (check the API key)", 1},
 		{"a Retry-After beyond the cap is not waited for", []llmtest.Turn{{Status: 429, RetryAfter: "120"}, {Content: "never"}}, 0, "longer than -llm-max-retry-delay", 1},
+		// Converted as they were, these overflowed to a negative wait and were retried at once.
+		{"a Retry-After too long for a time.Duration is not waited for", []llmtest.Turn{{Status: 429, RetryAfter: "99999999999"}, {Content: "never"}}, 0, "HTTP 429 Too Many Requests; the server asked to wait longer than -llm-max-retry-delay", 1},
+		{"an infinite Retry-After is not waited for", []llmtest.Turn{{Status: 429, RetryAfter: "inf"}, {Content: "never"}}, 0, "HTTP 429 Too Many Requests; the server asked to wait longer than -llm-max-retry-delay", 1},
 		{"a stream that breaks after text is not retried", []llmtest.Turn{{Content: "Rotate the key", Chunks: 3, BreakAfter: 2}, {Content: "never"}}, 0, "broke off after it had started", 1},
 	}
 	for _, tt := range tests {
