@@ -23,19 +23,25 @@ func (r *Redis) TryLease(ctx context.Context, name string, ttl time.Duration) (h
 	_, _ = rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
 	key := r.leaseKey(name)
+	sent := false
 	err = r.call(ctx, opLease, func(ctx context.Context) error {
+		sent = true
 		var err error
 		held, err = r.c.SetNX(ctx, key, token, ttl).Result()
 		return err
 	})
-	if err != nil {
+	if err != nil && sent {
 		// Redis may have taken the lease and the reply missed the deadline: drop it if
 		// it is this token's, on a longer one, or the others would wait out its ttl.
+		// (Not when the breaker kept the call from Redis: nothing was taken, and each
+		// LLM question would knock on a Redis known to be down.)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			_ = releaseScript.Run(ctx, r.c, []string{key}, token).Err()
 		}()
+	}
+	if err != nil {
 		return false, nil, err
 	}
 	if !held {

@@ -2,8 +2,10 @@ package cache_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,5 +147,61 @@ func TestALeaseWhoseReplyIsLateIsDropped(t *testing.T) {
 			t.Fatalf("the lease is still there (time to live %v), under a token nobody holds", ttl)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// evalCounter counts the scripts and the SETs a client sends, or tries to.
+type evalCounter struct{ n, sets atomic.Int64 }
+
+func (c *evalCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *evalCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		switch cmd.Name() {
+		case "eval", "evalsha":
+			c.n.Add(1)
+		case "set":
+			c.sets.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (c *evalCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// While the breaker keeps calls off a Redis that stopped answering, a lease that was
+// never asked for is not released either: each question routed to the LLM sent a
+// script to the Redis known to be down.
+func TestNoLeaseIsReleasedThatWasNotAskedFor(t *testing.T) {
+	srv := redistest.Start(t)
+	rc := testRedisConfig(srv.Addr, "q:")
+	rc.Timeout = 20 * time.Millisecond
+	rc.BreakerFailures = 3
+	rc.BreakerCooldown = time.Minute
+	cl := newClient(t, rc)
+	evals := &evalCounter{}
+	cl.AddHook(evals)
+	s := cache.NewRedis(cl, cache.DefaultConfig(), rc, time.Now, nil)
+	ctx := context.Background()
+	if err := cl.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	srv.Freeze()
+	defer srv.Thaw()
+	const calls = 50
+	for i := range calls {
+		if held, _, err := s.TryLease(ctx, fmt.Sprintf("kb|1|-|q%d", i), 10*time.Second); err == nil || held {
+			t.Fatalf("TryLease with Redis frozen: held %v, err %v; want an error", held, err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // releases run in the background
+	asked := evals.sets.Load()
+	if asked >= calls {
+		t.Fatalf("all %d leases were asked for: the breaker never opened", calls)
+	}
+	if n := evals.n.Load(); n > asked {
+		t.Errorf("%d release scripts for %d leases asked for (of %d tried), want one per lease asked for", n, asked, calls)
 	}
 }
