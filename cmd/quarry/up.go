@@ -156,7 +156,9 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer cancel()
 		_ = tel.Shutdown(sctx)
 	}()
-	stopMetrics, err := telemetry.StartMetrics(ctx, *metricsAddr, log)
+	// Served until the services have drained after SIGTERM, not only until it: the
+	// last scrapes record how the last calls went.
+	stopMetrics, err := telemetry.StartMetrics(context.WithoutCancel(ctx), *metricsAddr, log)
 	if err != nil {
 		return err
 	}

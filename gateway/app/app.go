@@ -232,7 +232,9 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(addr n
 	srv.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	srv.Health.SetServingStatus(service, healthpb.HealthCheckResponse_NOT_SERVING)
 
-	stopMetrics, err := telemetry.StartMetrics(ctx, cfg.MetricsAddr, log)
+	// Served until Run returns, through the drain after SIGTERM: a stopping replica's
+	// last scrapes record how its last calls went.
+	stopMetrics, err := telemetry.StartMetrics(context.WithoutCancel(ctx), cfg.MetricsAddr, log)
 	if err != nil {
 		return err
 	}

@@ -297,6 +297,14 @@ func TestFailedStartReleasesMetricsPort(t *testing.T) {
 	})
 }
 
+func TestMetricsAreServedWhileDraining(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	search := startSearch(t)
+	telemetrytest.MetricsServedWhileDraining(t, func(ctx context.Context, metrics string) error {
+		return Run(ctx, []string{"-listen", "127.0.0.1:0", "-search-addr", search, "-metrics-addr", metrics, "-drain-grace", "1s"}, log, nil)
+	})
+}
+
 // By default a shutdown waits for the slowest query in flight, an LLM answer bounded
 // by -agent-timeout (see TestShutdownLetsAnLLMAnswerInFlightFinish in cmd/quarry).
 func TestDefaultDrainOutlastsAnAgentAnswer(t *testing.T) {

@@ -9,6 +9,7 @@
 package telemetrytest
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -94,14 +95,71 @@ func FailedStartReleasesMetrics(t testing.TB, start func(listen, metrics string)
 	if err == nil || !strings.Contains(err.Error(), listen) {
 		t.Fatalf("start with the gRPC address %s taken = %v; want an error naming it", listen, err)
 	}
+	waitFree(t, metrics, "the failed start")
+}
+
+// MetricsServedWhileDraining runs a service with run, given a free metrics address, and
+// fails t unless its /metrics still answers after ctx is cancelled (SIGTERM) while the
+// service drains: run must pass a -drain-grace of at least a second. The scrapes of a
+// stopping replica are the record of how its last calls went. Once run has returned,
+// the address must be free again.
+func MetricsServedWhileDraining(t testing.TB, run func(ctx context.Context, metrics string) error) {
+	t.Helper()
+	metrics := FreeAddr(t)
+	url := "http://" + metrics + "/metrics"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, metrics) }()
+	// Any answer will do: without telemetry set up (daemon.Main does it), the page
+	// says so with a 503.
+	answers := func() error {
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+		if err != nil {
+			return err
+		}
+		return resp.Body.Close()
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if answers() == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the service stopped before it served /metrics: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the service did not serve %s within 10 s", url)
+		}
+	}
+	cancel()
+	time.Sleep(200 * time.Millisecond) // into the drain
+	if err := answers(); err != nil {
+		t.Errorf("while the service drains, %s: %v", url, err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the service's run: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the service did not stop within 15 s of its context's end")
+	}
+	waitFree(t, metrics, "the service stopped")
+}
+
+// waitFree fails t unless addr can be bound again within 3 s of after.
+func waitFree(t testing.TB, addr, after string) {
+	t.Helper()
 	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		l, err := net.Listen("tcp", metrics)
+		l, err := net.Listen("tcp", addr)
 		if err == nil {
 			l.Close()
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("metrics address %s still bound 3 s after the failed start: %v", metrics, err)
+			t.Fatalf("metrics address %s still bound 3 s after %s: %v", addr, after, err)
 		}
 	}
 }

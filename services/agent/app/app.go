@@ -119,7 +119,9 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		answerer = loop.New(cfg.Loop, llm.New(cfg.LLM), ts, log)
 	}
 
-	stopMetrics, err := telemetry.StartMetrics(ctx, cfg.MetricsAddr, log)
+	// Served until Run returns, through the drain after SIGTERM: a stopping replica's
+	// last scrapes record how its last calls went.
+	stopMetrics, err := telemetry.StartMetrics(context.WithoutCancel(ctx), cfg.MetricsAddr, log)
 	if err != nil {
 		return err
 	}

@@ -127,3 +127,10 @@ func TestFailedStartReleasesMetricsPort(t *testing.T) {
 		return Run(context.Background(), []string{"-listen", listen, "-metrics-addr", metrics}, log, nil)
 	})
 }
+
+func TestMetricsAreServedWhileDraining(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	telemetrytest.MetricsServedWhileDraining(t, func(ctx context.Context, metrics string) error {
+		return Run(ctx, []string{"-listen", "127.0.0.1:0", "-metrics-addr", metrics, "-drain-grace", "1s"}, log, nil)
+	})
+}

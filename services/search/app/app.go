@@ -271,7 +271,9 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 			defer func() { stopPoll(); waitPoll() }()
 		}
 	}
-	stopMetrics, err := telemetry.StartMetrics(ctx, cfg.MetricsAddr, log)
+	// Served until Run returns, through the drain after SIGTERM: a stopping replica's
+	// last scrapes record how its last calls went.
+	stopMetrics, err := telemetry.StartMetrics(context.WithoutCancel(ctx), cfg.MetricsAddr, log)
 	if err != nil {
 		return err
 	}

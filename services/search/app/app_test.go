@@ -99,6 +99,14 @@ func TestFailedStartReleasesMetricsPort(t *testing.T) {
 	})
 }
 
+func TestMetricsAreServedWhileDraining(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	telemetrytest.MetricsServedWhileDraining(t, func(ctx context.Context, metrics string) error {
+		return Run(ctx, []string{"-listen", "127.0.0.1:0", "-metrics-addr", metrics, "-drain-grace", "1s",
+			"-kb", "platform=../../../examples/kb/platform", "-watch=false"}, log, nil)
+	})
+}
+
 // Replicas share a version salt, and so cached answers, when only where they listen
 // differs; any other setting makes its own.
 func TestVersionSaltFollowsTheSettingsThatDecideAnswers(t *testing.T) {
