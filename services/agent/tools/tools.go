@@ -416,6 +416,9 @@ func (s *Set) related(ctx context.Context, kb string, a args) (Result, error) {
 			fmt.Fprintf(&b, "- `%s` — %s: %s\n", rp, oneLine(d.GetTitle()), Cut(oneLine(d.GetContent()), summaryChars))
 		case errors.Is(err, ErrNotFound):
 			fmt.Fprintf(&b, "- `%s` — (missing from the knowledge base)\n", rp)
+		case errors.Is(err, ErrOutsideKB):
+			// The document's own link, not the model's argument: the call goes on.
+			fmt.Fprintf(&b, "- `%s` — (not a document of the knowledge base)\n", rp)
 		default:
 			return Result{}, err
 		}

@@ -23,6 +23,8 @@ func newMemKB() *memKB {
 		"auth/jwt/rotation.md": {Path: "auth/jwt/rotation.md", Title: "Key rotation", Content: "Rotate the signing key every 90 days.",
 			Related: []string{"auth/jwt/validation.md", "auth/gone.md"}},
 		"auth/jwt/validation.md": {Path: "auth/jwt/validation.md", Title: "Token validation", Content: "Check exp, iss and aud.\n\nThen the signature."},
+		"auth/links.md": {Path: "auth/links.md", Title: "Links", Content: "See these.",
+			Related: []string{"auth/refused.md", "auth/jwt/validation.md"}},
 	}}
 }
 
@@ -41,6 +43,10 @@ func (m *memKB) ReadDocument(_ context.Context, kb, path string) (*quarryv1.Docu
 	m.record("read " + path)
 	if d, ok := m.docs[path]; ok {
 		return d, nil
+	}
+	if path == "auth/refused.md" {
+		// A related path the search service refuses (its own path rules are the last word).
+		return nil, fmt.Errorf("read %q: %w", path, ErrOutsideKB)
 	}
 	return nil, fmt.Errorf("read %q: %w", path, ErrNotFound)
 }
@@ -192,6 +198,8 @@ func TestToolResults(t *testing.T) {
 		{"a search service failure is not passed on in detail", ListFolder, `{"path":"down"}`, []string{"error: the knowledge base could not be searched just now"}, ""},
 		{"related follows the links and marks missing ones", Related, `{"path":"auth/jwt/rotation.md"}`,
 			[]string{"names 2 related documents", "`auth/jwt/validation.md` — Token validation: Check exp, iss and aud. Then the signature.", "`auth/gone.md` — (missing"}, ""},
+		{"related marks a link the search service refuses, and goes on", Related, `{"path":"auth/links.md"}`,
+			[]string{"`auth/refused.md` — (not a document of the knowledge base)", "`auth/jwt/validation.md` — Token validation"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
