@@ -49,6 +49,11 @@ func (s *Server) Answer(req *quarryv1.AnswerRequest, stream grpc.ServerStreaming
 		return stream.Send(&quarryv1.AnswerResponse{Event: &quarryv1.AnswerResponse_Delta{Delta: d}})
 	})
 	if err != nil {
+		if cerr := stream.Context().Err(); cerr != nil {
+			// The caller left, or its deadline passed: whatever failed after that (a send
+			// on the closed stream, the work given up) is that, not an agent failure.
+			return status.FromContextError(cerr).Err()
+		}
 		return toStatus(err)
 	}
 	return stream.Send(&quarryv1.AnswerResponse{Event: &quarryv1.AnswerResponse_Final{Final: ans}})

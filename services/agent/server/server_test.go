@@ -198,3 +198,39 @@ func TestNonUTF8TextIsInvalidArgument(t *testing.T) {
 		})
 	}
 }
+
+// goneStream is the server side of an Answer call whose caller has left: its context
+// is done and sends fail.
+type goneStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s goneStream) Context() context.Context { return s.ctx }
+
+func (goneStream) Send(*quarryv1.AnswerResponse) error {
+	return status.Error(codes.Unavailable, "transport is closing")
+}
+
+// A call whose caller left while the answer streamed ends CANCELED (or
+// DEADLINE_EXCEEDED), as the call log and the metrics then record it, not INTERNAL.
+func TestAnAnswerWhoseCallerLeftIsNotAnAgentFailure(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		end  func() (context.Context, context.CancelFunc)
+		want codes.Code
+	}{
+		{"cancelled", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }, codes.Canceled},
+		{"out of time", func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), 0) }, codes.DeadlineExceeded},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := tt.end()
+			cancel()
+			req := &quarryv1.AnswerRequest{KnowledgeBase: "kb", Query: "rotate", Tier: quarryv1.Tier_TIER_SINGLE_LLM}
+			err := New(scripted{}).Answer(req, goneStream{ctx: ctx})
+			if got := status.Code(err); got != tt.want {
+				t.Fatalf("code = %v (%v), want %v", got, err, tt.want)
+			}
+		})
+	}
+}
