@@ -420,10 +420,13 @@ func toStatus(err error) error {
 //
 // The tap runs on the connection's reader goroutine, which must not wait on the file
 // system: it reads the keys as they are, without looking at the keys file. When a key
-// is unknown and it is time to look (once a second), it lets that one call through
-// with the look to do, which its interceptor does before deciding: a key just added to
-// the file is taken at its first call, and a keyless client gets one call a second
-// past the tap at most.
+// is unknown and it is time to look (once a second), it starts the look on a goroutine
+// of its own and lets that one call through, whose interceptor waits for the look before
+// deciding: a key just added to the file is taken at its first call, and a keyless
+// client gets one call a second past the tap at most. The look is not left to the
+// interceptor: a call may never reach one (an unknown method, a message that does not
+// decode), and a keyless client sending only such calls would take every look, so that
+// the file was never read again and a revoked key stayed valid.
 func (p *Policy) Tap(skip func(method string) bool) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		if p.Open() || (skip != nil && skip(info.FullMethodName)) {
@@ -433,7 +436,12 @@ func (p *Policy) Tap(skip func(method string) bool) tap.ServerInHandle {
 			return ctx, nil
 		}
 		if p.file != nil && p.file.Claim() {
-			return context.WithValue(ctx, lookAgainKey{}, true), nil
+			looked := make(chan struct{})
+			go func() {
+				defer close(looked)
+				p.file.Refresh()
+			}()
+			return context.WithValue(ctx, lookAgainKey{}, looked), nil
 		}
 		p.noteRefused(info.FullMethodName)
 		return ctx, toStatus(ErrUnauthenticated)
@@ -442,12 +450,16 @@ func (p *Policy) Tap(skip func(method string) bool) tap.ServerInHandle {
 
 type lookAgainKey struct{}
 
-// lookIfHanded looks at the keys file when Tap handed the call in ctx that look. The
-// interceptors call it once per call, before they authorize it; what else authorizes
-// the call later (each message of a stream, Recheck) reads the keys as Get does.
+// lookIfHanded waits for the look at the keys file that Tap started for the call in
+// ctx, if it did. The interceptors call it once per call, before they authorize it;
+// what else authorizes the call later (each message of a stream, Recheck) reads the
+// keys as Get does.
 func (p *Policy) lookIfHanded(ctx context.Context) {
-	if p.file != nil && ctx.Value(lookAgainKey{}) != nil {
-		p.file.Refresh()
+	if looked, ok := ctx.Value(lookAgainKey{}).(chan struct{}); ok {
+		select {
+		case <-looked:
+		case <-ctx.Done(): // refused below, or by its own end, whatever the file says
+		}
 	}
 }
 

@@ -102,3 +102,35 @@ func TestTapNeverWaitsAndTakesANewKeyAtItsFirstCall(t *testing.T) {
 		t.Fatalf("the new key once read: %v", err)
 	}
 }
+
+// The look at the keys file that the tap takes for an unknown key is made whether or not
+// that call reaches an interceptor (a call of an unknown method, or one whose message
+// does not decode, never does): a keyless client sending only such calls took every
+// look, and a revoked key stayed valid for as long as it kept on.
+func TestARevokedKeyIsDroppedThoughNoCallReachesAnInterceptor(t *testing.T) {
+	lookEvery(t, 50*time.Millisecond)
+	path := filepath.Join(t.TempDir(), "keys.json")
+	a := Key{Name: "team-a", SHA256: HashKey(teamA), KnowledgeBases: []string{"platform"}}
+	b := Key{Name: "team-b", SHA256: HashKey(teamB), KnowledgeBases: []string{"platform"}}
+	replaceFile(t, path, keysJSON(t, a, b))
+	p, err := LoadPolicy(path, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle := p.Tap(nil)
+	header := func(key string) metadata.MD { return metadata.Pairs("authorization", "Bearer "+key) }
+	if lookup(p.held(), header(teamA)) == nil {
+		t.Fatal("team-a's key is not held at the start")
+	}
+	replaceFile(t, path, keysJSON(t, b)) // team-a revoked
+	deadline := time.Now().Add(5 * time.Second)
+	for lookup(p.held(), header(teamA)) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("team-a's key is still held 5 s after it was revoked")
+		}
+		// Keyless calls to a method no service has: none reaches an interceptor.
+		md := header("qk_nobody_0123456789")
+		_, _ = handle(metadata.NewIncomingContext(context.Background(), md), &tap.Info{FullMethodName: "/no.Such/Method", Header: md})
+		time.Sleep(time.Millisecond)
+	}
+}
