@@ -85,3 +85,63 @@ func TestShutdownLetsAnLLMAnswerInFlightFinish(t *testing.T) {
 		})
 	}
 }
+
+// An agentic answer in flight at the shutdown still reads what its tools ask for: the
+// services stop in the order of their calls (gateway, agent, then search), not all at
+// once, which left the agent's read_document to a search service already stopped and
+// the answer without the document, unflagged.
+func TestShutdownLetsAnAnswerInFlightUseItsTools(t *testing.T) {
+	const doc = "observability/alerts/alert-routing.md"
+	srv := llmtest.New(t,
+		llmtest.Turn{ToolCalls: []llmtest.Call{{Name: "read_document", Arguments: `{"path":"` + doc + `"}`}}, Delay: 1500 * time.Millisecond},
+		llmtest.Turn{Content: "Alerts page the owning team's on-call engineer."},
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sys, err := start(ctx, upConfig{Gateway: "127.0.0.1:0", Search: "127.0.0.1:0", Agent: "127.0.0.1:0",
+		KBRoot: "../../examples/kb", AgentArgs: scriptedArgs(srv)}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := dialGateway(t, sys.Gateway.String())
+	answered := make(chan *quarryv1.QueryResponse, 1)
+	go func() {
+		qctx, qcancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer qcancel()
+		r, err := c.Query(qctx, &quarryv1.QueryRequest{KnowledgeBase: "platform", Query: "What is our on-call process?"})
+		if err != nil {
+			t.Errorf("the answer in flight was lost to the shutdown: %v", err)
+		}
+		answered <- r
+	}()
+	select {
+	case <-srv.Received():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the question did not reach the LLM")
+	}
+	cancel() // SIGTERM while the model thinks about which document to read
+
+	r := <-answered
+	if r.GetTier() != quarryv1.Tier_TIER_AGENTIC || r.GetDegraded() {
+		t.Fatalf("answer: tier %v, degraded %v (%s); want the model's AGENTIC answer", r.GetTier(), r.GetDegraded(), r.GetDegradedReason())
+	}
+	var tool string
+	for _, req := range srv.Requests() {
+		for _, m := range req.Messages {
+			if m.Role == "tool" {
+				tool = m.Text()
+			}
+		}
+	}
+	if tool == "" || strings.HasPrefix(tool, "error:") || !strings.Contains(tool, doc) {
+		t.Errorf("the model's read_document got %.200q; want the document", tool)
+	}
+	select {
+	case err := <-sys.done:
+		if err != nil {
+			t.Fatalf("services ended with %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("services did not stop within 20 s of the shutdown")
+	}
+}

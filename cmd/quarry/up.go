@@ -47,40 +47,65 @@ type system struct {
 }
 
 // start runs search, agent and gateway in this process, each on its own gRPC listener,
-// so the calls between them take the same path as in a deployment.
+// so the calls between them take the same path as in a deployment. They stop in the
+// order of their calls, as a rolling deployment stops them: the gateway first, when ctx
+// ends; the agent once the gateway has drained, since the LLM answers still in flight
+// call it; the search service last, since the agent's tools call it. Stopped all at once,
+// an answer in flight lost the documents its tools asked for, unflagged. A service that
+// fails stops the others the same way.
 func start(ctx context.Context, cfg upConfig, log *slog.Logger) (*system, error) {
 	if err := checkKBRoot(cfg.KBRoot); err != nil {
 		return nil, err
 	}
-	g, ctx := errgroup.WithContext(ctx)
+	g, gctx := errgroup.WithContext(ctx)
+	base := context.WithoutCancel(ctx)
+	searchCtx, stopSearch := context.WithCancel(base)
+	agentCtx, stopAgent := context.WithCancel(base)
+	gatewayCtx, stopGateway := context.WithCancel(base)
+	go func() {
+		<-gctx.Done()
+		stopGateway()
+	}()
 	searchReady := make(chan net.Addr, 1)
 	agentReady := make(chan net.Addr, 1)
 	gatewayReady := make(chan net.Addr, 1)
 	send := func(ch chan net.Addr) func(net.Addr) { return func(a net.Addr) { ch <- a } }
+	// fail stops what has started, all at once: nothing is in flight yet.
+	fail := func(err error) (*system, error) {
+		stopGateway()
+		stopAgent()
+		stopSearch()
+		if werr := g.Wait(); werr != nil {
+			err = werr
+		}
+		return nil, err
+	}
 
 	g.Go(func() error {
 		args := append([]string{"-listen", cfg.Search, "-kb-root", cfg.KBRoot}, cfg.SearchArgs...)
-		return wrap("search", searchapp.Run(ctx, args, log.With("service", "search"), send(searchReady)))
+		return wrap("search", searchapp.Run(searchCtx, args, log.With("service", "search"), send(searchReady)))
 	})
 	sys := &system{done: make(chan error, 1)}
 	var err error
-	if sys.Search, err = await(ctx, g, searchReady); err != nil {
-		return nil, err
+	if sys.Search, err = await(gctx, searchReady); err != nil {
+		return fail(err)
 	}
 	// The agent's tools call the search service, whose address is known only now.
 	g.Go(func() error {
+		defer stopSearch()
 		args := append([]string{"-listen", cfg.Agent, "-search-addr", sys.Search.String()}, cfg.AgentArgs...)
-		return wrap("agent", agentapp.Run(ctx, args, log.With("service", "agent"), send(agentReady)))
+		return wrap("agent", agentapp.Run(agentCtx, args, log.With("service", "agent"), send(agentReady)))
 	})
-	if sys.Agent, err = await(ctx, g, agentReady); err != nil {
-		return nil, err
+	if sys.Agent, err = await(gctx, agentReady); err != nil {
+		return fail(err)
 	}
 	g.Go(func() error {
+		defer stopAgent()
 		args := append([]string{"-listen", cfg.Gateway, "-search-addr", sys.Search.String(), "-agent-addr", sys.Agent.String()}, cfg.GatewayArgs...)
-		return wrap("gateway", gatewayapp.Run(ctx, args, log.With("service", "gateway"), send(gatewayReady), cfg.GatewayOpts...))
+		return wrap("gateway", gatewayapp.Run(gatewayCtx, args, log.With("service", "gateway"), send(gatewayReady), cfg.GatewayOpts...))
 	})
-	if sys.Gateway, err = await(ctx, g, gatewayReady); err != nil {
-		return nil, err
+	if sys.Gateway, err = await(gctx, gatewayReady); err != nil {
+		return fail(err)
 	}
 	go func() { sys.done <- g.Wait() }()
 	return sys, nil
@@ -98,15 +123,13 @@ func checkKBRoot(dir string) error {
 	return nil
 }
 
-// await waits for a service to report its address, or for the group to fail first.
-func await(ctx context.Context, g *errgroup.Group, ready chan net.Addr) (net.Addr, error) {
+// await waits for a service to report its address, or for ctx (the group's) to end
+// first: a service failed, or the stop was asked for.
+func await(ctx context.Context, ready chan net.Addr) (net.Addr, error) {
 	select {
 	case a := <-ready:
 		return a, nil
 	case <-ctx.Done():
-		if err := g.Wait(); err != nil {
-			return nil, err
-		}
 		return nil, ctx.Err()
 	}
 }
@@ -179,6 +202,10 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "Serving a copy of %s in %s (-in-place serves and writes the folder itself)\n", cfg.KBRoot, tmp)
 		cfg.KBRoot = tmp
 	}
+	// Stopped by the signal, or here when the demo fails: the services must be gone
+	// before the deferred clean-up removes the copy they serve.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	sys, err := start(ctx, cfg, log)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
@@ -217,6 +244,8 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			// A gateway given API keys (QUARRY_GATEWAY_AUTH_KEYS) refused the demo's
 			// keyless question, and UNAUTHENTICATED stopped the system just started.
 			if c := status.Code(err); c != codes.Unauthenticated && c != codes.PermissionDenied {
+				stop()
+				<-sys.done
 				return err
 			}
 			fmt.Fprintf(stdout, "(no demo: the gateway wants an API key that may query %q: set QUARRY_API_KEY to one, or -demo=false)\n\n", demoKB)
