@@ -199,23 +199,33 @@ func (r *Resolver) parse(k *kb.KB, q, scope string, selfScope bool) (query, erro
 		oodWords: fix(words), oodTerms: fix(terms), literals: literals}, nil
 }
 
+// maxTypoTerms bounds the words of one question that typo correction tries. Each try
+// stems up to ~1,700 edits of the word, and a question of 128 long words the KB lacks
+// (within the query size limit) took 355 ms; questions carry a few typos, not dozens.
+const maxTypoTerms = 8
+
 // typos maps the terms that are typos of KB words (gate OODTypos, lexicon.Typo) to the
-// word meant. Words the question capitalises are names, however close to a KB word.
+// word meant, trying at most maxTypoTerms of them, in the question's order. Words the
+// question capitalises are names, however close to a KB word.
 func (r *Resolver) typos(k *kb.KB, q string, terms []string) map[string]string {
 	if !r.cfg.Gate.OODTypos {
 		return nil
 	}
 	var capital map[string]bool
 	var out map[string]string
+	tried := 0
 	for _, t := range terms {
-		if k.Corpus.DF(text.Stem(t)) > 0 {
-			continue
+		if len(t) < lexicon.TypoMinLen || len(t) > lexicon.TypoMaxLen || k.Corpus.DF(text.Stem(t)) > 0 {
+			continue // too short or too long to try, or no typo
 		}
 		if capital == nil {
 			capital = lexicon.NamesWith(q, lexicon.Writing{Label: r.cfg.Gate.OODLabelNames})
 		}
 		if capital[t] {
 			continue
+		}
+		if tried++; tried > maxTypoTerms {
+			break
 		}
 		if f, ok := lexicon.Typo(t, k.Corpus.DF); ok {
 			if out == nil {
