@@ -486,8 +486,12 @@ func (ix *Index) query(ctx context.Context, q engine.Query) (query.Query, error)
 		return nil, err
 	}
 	perTerm := make([]query.Query, len(words))
+	approx := 0
 	for i, w := range words {
-		perTerm[i] = ix.termQuery(w, known[i], q.Near)
+		if !known[i] {
+			approx++
+		}
+		perTerm[i] = ix.termQuery(w, known[i], approx <= maxApproxTerms, q.Near)
 	}
 	var main query.Query
 	switch {
@@ -554,13 +558,21 @@ func (ix *Index) known(ctx context.Context, words []string) ([]bool, error) {
 	return out, nil
 }
 
+// maxApproxTerms bounds the words of one query the index lacks that get prefix and typo
+// matches, in the query's order; the rest match exactly. Each costs walks of the field
+// dictionaries (and a neighbour check), and a question is not a hundred misspelt words:
+// 128 long words the KB lacks, within the query size limit, took 100 ms to resolve, most
+// of it here.
+const maxApproxTerms = 16
+
 // fuzzyMaxLen is the longest word that gets a typo match: Bleve builds a Levenshtein
 // automaton as long as the word, and a 1,500-letter word took 100 ms; no word a typo
 // could be meant for is that long.
 const fuzzyMaxLen = 32
 
-// termQuery matches one word: its stem exactly per field, then prefix and typo matches as
-// the config allows for a word the index does (known) or does not contain.
+// termQuery matches one word: its stem exactly per field, then, when approximate (see
+// maxApproxTerms), prefix and typo matches as the config allows for a word the index does
+// (known) or does not contain.
 //
 // By default only words the index lacks get prefix and typo matching. Measured with
 // BenchmarkSearch (5,000 synthetic docs of 200-700 words, 3-word queries, every fifth with a
@@ -580,7 +592,7 @@ const fuzzyMaxLen = 32
 // dictionary with it: half the CPU and two thirds of the allocations of resolving an
 // out-of-domain question (BenchmarkResolve), to find nothing for most words a KB lacks.
 // near (engine.Query.Near) tells those words apart at distance 1 in microseconds.
-func (ix *Index) termQuery(word string, known bool, near func(stem string) bool) query.Query {
+func (ix *Index) termQuery(word string, known, approximate bool, near func(stem string) bool) query.Query {
 	c := ix.cfg
 	stem := text.Stem(word)
 	var clauses []query.Query
@@ -602,6 +614,9 @@ func (ix *Index) termQuery(word string, known bool, near func(stem string) bool)
 		name  string
 		boost float64
 	}{{fieldTitle, c.TitleBoost}, {fieldContent, c.ContentBoost}}
+	if !approximate {
+		return disjunction(clauses)
+	}
 	if c.PrefixBoost > 0 && (!known || c.PrefixKnown) && utf8.RuneCountInString(stem) >= c.PrefixMinLen {
 		for _, f := range approx {
 			if f.boost == 0 {

@@ -2,6 +2,8 @@ package bleve
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -48,5 +50,34 @@ func TestKnownFollowsWrites(t *testing.T) {
 	}
 	if after := ix.knownStems.Load().n.Load(); after != before {
 		t.Errorf("a 4,096-byte stem was kept (%d stems, then %d)", before, after)
+	}
+}
+
+// Only the first maxApproxTerms words the index lacks get prefix and typo matches: a
+// misspelt word among the first is found, the same word after them is not.
+func TestApproximateMatchesAreBoundedPerQuery(t *testing.T) {
+	ix := build(t, kb, DefaultConfig())
+	filler := make([]string, maxApproxTerms)
+	for i := range filler {
+		filler[i] = fmt.Sprintf("zzqx%cvw", 'a'+i) // no document holds anything like them
+	}
+	for _, tc := range []struct {
+		name  string
+		terms []string
+		found bool
+	}{
+		{"first", append([]string{"snapshor"}, filler[1:]...), true},
+		{"last of the bound", append(slices.Clone(filler[1:]), "snapshor"), true},
+		{"past the bound", append(slices.Clone(filler), "snapshor"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hits, err := ix.Search(context.Background(), engine.Query{Terms: tc.terms})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if found := slices.Contains(paths(hits), "data/postgres_backups.md"); found != tc.found {
+				t.Errorf("the misspelt word found the document: %v, want %v (hits %v)", found, tc.found, paths(hits))
+			}
+		})
 	}
 }
