@@ -108,8 +108,9 @@ func OutOfDomain() string {
 // answer: a banner with the reason, the best passage of each of the top results (at most
 // three; excerpt picks it, nil for Excerpt with the default size), their sources and the
 // search words none of them contains (words and contains as for Gaps). Every sentence
-// after the banner is quoted from the knowledge base.
-func Extractive(query string, words []string, results []rank.Result, excerpt func(*tree.Document) string,
+// after the banner is quoted from the knowledge base. Like Direct's, it does not quote
+// the question: without an agent it is cached for whoever asks again.
+func Extractive(words []string, results []rank.Result, excerpt func(*tree.Document) string,
 	contains func(path, stem string) bool, reason string) string {
 	if excerpt == nil {
 		size := DefaultConfig().ExcerptChars
@@ -125,9 +126,9 @@ func Extractive(query string, words []string, results []rank.Result, excerpt fun
 		strings.TrimSuffix(oneLine(reason), "."))
 	b.WriteString("## Summary\n\n")
 	if len(docs) == 0 {
-		fmt.Fprintf(&b, "No document in the knowledge base matched %s.\n\n", quote(query))
+		b.WriteString("No document in the knowledge base matched the question.\n\n")
 	} else {
-		fmt.Fprintf(&b, "%s in the knowledge base may answer %s; the best passages follow.\n\n", text.Count(len(docs), "document", "documents"), quote(query))
+		fmt.Fprintf(&b, "%s in the knowledge base may answer the question; the best passages follow.\n\n", text.Count(len(docs), "document", "documents"))
 		b.WriteString("## Excerpts\n\n")
 		for i, d := range docs {
 			if i > 0 {
@@ -231,11 +232,7 @@ func verb(n int, one, many string) string {
 	return many
 }
 
-// quote puts a query on one line in quotes: it is user input inside a one-line summary.
-func quote(query string) string {
-	return "“" + oneLine(query) + "”"
-}
-
+// oneLine puts text on one line, its runs of white space one space.
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }

@@ -266,7 +266,7 @@ func TestExtractiveGolden(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Extractive(tc.query, searchWords(tc.query), tc.results, tc.excerpt, tc.contains, "no LLM provider configured")
+			got := Extractive(searchWords(tc.query), tc.results, tc.excerpt, tc.contains, "no LLM provider configured")
 			if !strings.HasPrefix(got, "> Degraded answer: no LLM provider configured.") {
 				t.Fatalf("no degraded banner:\n%s", got)
 			}
@@ -276,7 +276,7 @@ func TestExtractiveGolden(t *testing.T) {
 }
 
 func TestExtractiveQuotesOnly(t *testing.T) {
-	got := Extractive("refresh", searchWords("refresh"), []rank.Result{{Doc: rotation}, {Doc: signing}}, nil, nil, "agent unavailable")
+	got := Extractive(searchWords("refresh"), []rank.Result{{Doc: rotation}, {Doc: signing}}, nil, nil, "agent unavailable")
 	// Every quoted line must come from a document.
 	for _, l := range strings.Split(got, "\n") {
 		if !strings.HasPrefix(l, "> ") || strings.HasPrefix(l, "> Degraded answer:") {

@@ -344,7 +344,7 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 	default:
 		res.Prefetched = docs
 		res.FallbackDegraded = true
-		res.Answer = answer.Extractive(q, pq.oodTerms, ranked, func(d *tree.Document) string { return res.Excerpts[d.Path] }, k.Corpus.Contains,
+		res.Answer = answer.Extractive(pq.oodTerms, ranked, func(d *tree.Document) string { return res.Excerpts[d.Path] }, k.Corpus.Contains,
 			"no LLM answered; these are the passages of the knowledge base that best match the question")
 	}
 	clock.stage(&res.Stages, "answer", text.Count(len(docs), "document", "documents"), nil)
