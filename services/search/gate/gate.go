@@ -643,7 +643,10 @@ func (c Config) Decide(in OODInput) (Decision, string) {
 }
 
 // Prefetch returns the answer candidates in result order: R >= PrefetchMin, at most
-// DirectMaxDocs. They are the documents of a direct answer and of a T3 prompt.
+// DirectMaxDocs. They are the documents of a direct answer and of a T3 prompt. A folder
+// summary that scored only through a match below it (rank.Result.Propagated) is none:
+// it holds no answer of its own, and with a PropagationFactor near 1 it led a direct
+// answer with the folder's description, or took the second place of its gap rule.
 func (c Config) Prefetch(results []rank.Result) []rank.Result {
 	cands := c.candidates(results)
 	return cands[:min(len(cands), c.DirectMaxDocs)]
@@ -652,7 +655,7 @@ func (c Config) Prefetch(results []rank.Result) []rank.Result {
 func (c Config) candidates(results []rank.Result) []rank.Result {
 	var out []rank.Result
 	for _, r := range results {
-		if r.Relevance >= c.PrefetchMin {
+		if r.Relevance >= c.PrefetchMin && !r.Propagated {
 			out = append(out, r)
 		}
 	}

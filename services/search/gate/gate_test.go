@@ -157,6 +157,26 @@ func TestPrefetch(t *testing.T) {
 	}
 }
 
+// A folder summary that scored only through a document below it is no answer candidate,
+// whatever its relevance (a PropagationFactor near 1 gives it the document's): it is
+// neither prefetched nor the second place that fails the direct answer's gap rule.
+func TestAPropagatedSummaryIsNoCandidate(t *testing.T) {
+	rs := results(0.95, 0.93)
+	rs[1].Doc = &tree.Document{Path: "ops/_index.md", Summary: true}
+	rs[1].Propagated, rs[1].PropagatedFrom = true, "r0.md"
+	cfg := DefaultConfig()
+	var got []string
+	for _, r := range cfg.Prefetch(rs) {
+		got = append(got, r.Doc.Path)
+	}
+	if !slices.Equal(got, []string{"r0.md"}) {
+		t.Errorf("Prefetch = %v, want only r0.md", got)
+	}
+	if d := cfg.Route(rs); d.Route != Direct {
+		t.Errorf("Route = %+v, want the direct answer of r0.md", d)
+	}
+}
+
 // kbContains is a Contains func over documents given as path → stems.
 func kbContains(docs map[string][]string) func(path, stem string) bool {
 	return func(path, stem string) bool { return slices.Contains(docs[path], stem) }
