@@ -42,6 +42,12 @@ func Docs() []engine.Doc {
 	}
 }
 
+// longQuery is eleven words: nine that auth/jwt/signing-key-rotation.md holds, a partial
+// word of it, and last.
+func longQuery(last string) []string {
+	return []string{"rotate", "jwt", "signing", "key", "happens", "days", "publish", "jwks", "endpoint", "publis", last}
+}
+
 // Run runs the suite against the backends open returns.
 func Run(t *testing.T, open Opener) {
 	ctx := context.Background()
@@ -104,6 +110,10 @@ func Run(t *testing.T, open Opener) {
 		{name: "stop words alone find nothing", q: engine.Query{Terms: []string{"the", "and", "with"}}, exact: nil},
 		{name: "no terms find nothing", q: engine.Query{}, exact: nil},
 		{name: "a word nobody wrote finds nothing", q: engine.Query{Terms: []string{"kafka"}, AllTerms: true}, exact: nil},
+		// Meilisearch reads ten words of a query and ignores the rest.
+		{name: "all terms past ten words requires every one", q: engine.Query{Terms: longQuery("kafka"), AllTerms: true}, exact: nil},
+		{name: "all terms past ten words finds the document holding them", q: engine.Query{Terms: longQuery("endpoi"), AllTerms: true},
+			exact: []string{"auth/jwt/signing-key-rotation.md"}},
 	}
 	for _, tt := range order {
 		t.Run(tt.name, func(t *testing.T) {

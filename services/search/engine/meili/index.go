@@ -8,7 +8,9 @@
 // matches exactly; a word it lacks (a misspelling, a partial word) is sent bare and gets
 // typo and prefix matching, as in the embedded engine.
 //
-// All-terms searches use matchingStrategy "all". Meilisearch has no any-term search
+// All-terms searches use matchingStrategy "all"; Meilisearch reads only the first ten
+// words of a query, so one of more words is asked in parts of ten, and a hit is a
+// document every part finds (scored by its mean). Meilisearch has no any-term search
 // ("last" drops words from the end, so a document holding only the last word is never
 // found), so an any-term search is one multi-search request: the whole query with "last"
 // plus each word on its own; a document scores the better of its "last" score and the
@@ -552,11 +554,21 @@ func (ix *Index) Search(ctx context.Context, q engine.Query) ([]engine.Hit, erro
 	return out[0], nil
 }
 
+// maxQueryWords is how many words of a query Meilisearch reads: it ignores the rest
+// (a documented hard limit).
+const maxQueryWords = 10
+
+// chunkLimit is how many hits each part of a long all-terms query asks for, to be
+// intersected: Meilisearch's default cap on a search's hits (pagination.maxTotalHits).
+const chunkLimit = 1000
+
 // plan is the Meilisearch requests one query becomes.
 type plan struct {
 	first, count int // the query's requests in the multi-search
 	any          bool
-	limit        int
+	// chunks: an all-terms query of more than maxQueryWords words, asked in parts.
+	chunks bool
+	limit  int
 	// idf weighs each word's request in an any-term search.
 	idf []float64
 }
@@ -584,9 +596,19 @@ func (ix *Index) SearchMany(ctx context.Context, qs []engine.Query) ([][]engine.
 			for i, w := range words {
 				all[i] = w.query
 			}
-			if q.AllTerms || len(words) == 1 {
+			switch {
+			case (q.AllTerms || len(words) == 1) && len(all) <= maxQueryWords:
 				reqs = append(reqs, ix.request(strings.Join(all, " "), meilisearch.All, filter, limit, q.Passage))
-			} else {
+			case q.AllTerms:
+				// Asked whole, the words after the tenth would be ignored, and they are the
+				// words the index lacks (tokens puts them last): documents lacking them
+				// matched "all" terms. Each part of ten is asked for all its words, and a
+				// hit is a document every part finds.
+				p.chunks = true
+				for part := range slices.Chunk(all, maxQueryWords) {
+					reqs = append(reqs, ix.request(strings.Join(part, " "), meilisearch.All, filter, chunkLimit, q.Passage))
+				}
+			default:
 				p.any = true
 				reqs = append(reqs, ix.request(strings.Join(all, " "), meilisearch.Last, filter, limit, q.Passage))
 				for _, w := range words {
@@ -610,6 +632,10 @@ func (ix *Index) SearchMany(ctx context.Context, qs []engine.Query) ([][]engine.
 			continue
 		}
 		res := results[p.first : p.first+p.count]
+		if p.chunks {
+			out[i] = sortHits(everyPart(res), p.limit)
+			continue
+		}
 		if !p.any {
 			out[i] = sortHits(res[0], p.limit)
 			continue
@@ -645,6 +671,26 @@ func (ix *Index) SearchMany(ctx context.Context, qs []engine.Query) ([][]engine.
 		out[i] = sortHits(hits, p.limit)
 	}
 	return out, nil
+}
+
+// everyPart returns the documents that each part of a long all-terms query found, scored
+// by their mean score over the parts, with the first part's passage.
+func everyPart(parts [][]engine.Hit) []engine.Hit {
+	found := map[string]int{}
+	sum := map[string]float64{}
+	for _, hits := range parts {
+		for _, h := range hits {
+			found[h.Path]++
+			sum[h.Path] += h.Score
+		}
+	}
+	var out []engine.Hit
+	for _, h := range parts[0] {
+		if found[h.Path] == len(parts) {
+			out = append(out, engine.Hit{Path: h.Path, Score: sum[h.Path] / float64(len(parts)), Passage: h.Passage})
+		}
+	}
+	return out
 }
 
 func (ix *Index) request(q string, strategy meilisearch.MatchingStrategy, filter string, limit, passage int) *meilisearch.SearchRequest {

@@ -1182,12 +1182,28 @@ func parseQuery(q string, stop []string) []term {
 		}
 		rest = rest[end:]
 	}
+	// Meilisearch takes the first ten words of a query into account and ignores the rest
+	// (a documented hard limit).
+	n := 0
+	for i, t := range out {
+		if n += len(t.words); n > maxQueryWords {
+			t.words = t.words[:len(t.words)-(n-maxQueryWords)]
+			out = out[:i]
+			if len(t.words) > 0 {
+				out = append(out, t)
+			}
+			break
+		}
+	}
 	// Meilisearch matches the last word as a prefix unless the query ends with a space.
 	if n := len(out); n > 0 && !out[n-1].phrase && !strings.HasSuffix(q, " ") {
 		out[n-1].prefix = true
 	}
 	return out
 }
+
+// maxQueryWords is how many words of a query Meilisearch reads.
+const maxQueryWords = 10
 
 func words(s string) []string {
 	return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
