@@ -605,8 +605,10 @@ func (ix *Index) SearchMany(ctx context.Context, qs []engine.Query) ([][]engine.
 				// matched "all" terms. Each part of ten is asked for all its words, and a
 				// hit is a document every part finds.
 				p.chunks = true
+				passage := q.Passage // the first part's crop is the hit's passage
 				for part := range slices.Chunk(all, maxQueryWords) {
-					reqs = append(reqs, ix.request(strings.Join(part, " "), meilisearch.All, filter, chunkLimit, q.Passage))
+					reqs = append(reqs, ix.request(strings.Join(part, " "), meilisearch.All, filter, chunkLimit, passage))
+					passage = 0
 				}
 			default:
 				p.any = true
