@@ -52,6 +52,10 @@ func Common(word string) bool {
 	return ok
 }
 
+// dropApostrophes joins a word's parts around an apostrophe ("team's" → "teams"), as
+// text.Words does. Built once: Names ran NewReplacer for every word of a question.
+var dropApostrophes = strings.NewReplacer("'", "", "\u2019", "")
+
 // Names returns the lower-cased words of query that are written like names: capitalised
 // anywhere but at the start of the question ("rotate Kafka credentials"), with a capital
 // inside the word ("GraphQL"), or mixing letters and digits ("k8s", "s3"). A question in
@@ -66,7 +70,7 @@ func Names(query string) map[string]bool {
 		for _, w := range strings.FieldsFunc(sentence, func(r rune) bool {
 			return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '\'' && r != '\u2019'
 		}) {
-			w = strings.NewReplacer("'", "", "\u2019", "").Replace(w)
+			w = dropApostrophes.Replace(w)
 			if w == "" {
 				continue
 			}
