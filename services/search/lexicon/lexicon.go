@@ -468,6 +468,21 @@ const TypoMinLen = 5
 // edits to try grow with the square of the length: a 1,000-letter word took seconds.
 const TypoMaxLen = 32
 
+// TypoCandidate reports whether Typo would try edits of word: a lower-case a–z word of
+// TypoMinLen to TypoMaxLen letters that no dictionary has. It costs a stem; the tries
+// cost a thousand, so callers that bound them count only candidates.
+func TypoCandidate(word string) bool {
+	if len(word) < TypoMinLen || len(word) > TypoMaxLen {
+		return false
+	}
+	for i := 0; i < len(word); i++ {
+		if word[i] < 'a' || word[i] > 'z' {
+			return false
+		}
+	}
+	return !Common(word)
+}
+
 // Typo returns the English word one edit (a letter deleted, inserted, replaced, or two
 // swapped) from word that the KB uses, and true, when word is a lower-case word of
 // TypoMinLen+ letters that no dictionary has ("transacton", "bufferd", "contxt"): a
@@ -481,13 +496,8 @@ const TypoMaxLen = 32
 // documents use wins ("bufferd" is "buffered", not "buffed"), the first in a fixed order
 // on a tie, so the answer is the same every time.
 func Typo(word string, df func(stem string) int) (string, bool) {
-	if len(word) < TypoMinLen || len(word) > TypoMaxLen || Common(word) {
+	if !TypoCandidate(word) {
 		return "", false
-	}
-	for i := 0; i < len(word); i++ {
-		if word[i] < 'a' || word[i] > 'z' {
-			return "", false
-		}
 	}
 	best, bestDF := "", 0
 	try := func(v string) {

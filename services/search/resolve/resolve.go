@@ -205,8 +205,8 @@ func (r *Resolver) parse(k *kb.KB, q, scope string, selfScope bool) (query, erro
 const maxTypoTerms = 8
 
 // typos maps the terms that are typos of KB words (gate OODTypos, lexicon.Typo) to the
-// word meant, trying at most maxTypoTerms of them, in the question's order. Words the
-// question capitalises are names, however close to a KB word.
+// word meant, trying at most maxTypoTerms of them (lexicon.TypoCandidate), in the
+// question's order. Words the question capitalises are names, however close to a KB word.
 func (r *Resolver) typos(k *kb.KB, q string, terms []string) map[string]string {
 	if !r.cfg.Gate.OODTypos {
 		return nil
@@ -215,8 +215,8 @@ func (r *Resolver) typos(k *kb.KB, q string, terms []string) map[string]string {
 	var out map[string]string
 	tried := 0
 	for _, t := range terms {
-		if len(t) < lexicon.TypoMinLen || len(t) > lexicon.TypoMaxLen || k.Corpus.DF(text.Stem(t)) > 0 {
-			continue // too short or too long to try, or no typo
+		if !lexicon.TypoCandidate(t) || k.Corpus.DF(text.Stem(t)) > 0 {
+			continue // no edits to try, or no typo
 		}
 		if capital == nil {
 			capital = lexicon.NamesWith(q, lexicon.Writing{Label: r.cfg.Gate.OODLabelNames})

@@ -30,12 +30,14 @@ func TestTypoCorrectionTriesABoundedNumberOfWords(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := New(rc, reg, time.Now)
-	// "transacton" is one edit from the KB's "transaction"; a short word ("zq") and a
-	// word the KB holds ("pgbouncer") are not tries.
+	// "transacton" is one edit from the KB's "transaction"; a short word ("zq"), a word
+	// the KB holds ("pgbouncer"), an English word ("birthday") and one with a digit
+	// ("node12x") are not tries, however many come first.
 	var terms []string
 	for range 3 * maxTypoTerms {
-		terms = append(terms, "zq", "pgbouncer", "transacton")
+		terms = append(terms, "zq", "pgbouncer", "birthday", "node12x")
 	}
+	terms = append(terms, "transacton")
 	fixes := r.typos(k, strings.Join(terms, " "), terms)
 	if len(fixes) != 1 || fixes["transacton"] != "transaction" {
 		t.Fatalf("fixes = %v, want transacton → transaction", fixes)
