@@ -488,10 +488,13 @@ func (ix *Index) query(ctx context.Context, q engine.Query) (query.Query, error)
 	perTerm := make([]query.Query, len(words))
 	approx := 0
 	for i, w := range words {
-		if !known[i] {
-			approx++
+		prefix, typo := ix.approximations(w, known[i])
+		if (prefix || typo) && !known[i] {
+			if approx++; approx > maxApproxTerms {
+				prefix, typo = false, false
+			}
 		}
-		perTerm[i] = ix.termQuery(w, known[i], approx <= maxApproxTerms, q.Near)
+		perTerm[i] = ix.termQuery(w, prefix, typo, q.Near)
 	}
 	var main query.Query
 	switch {
@@ -570,9 +573,18 @@ const maxApproxTerms = 16
 // could be meant for is that long.
 const fuzzyMaxLen = 32
 
-// termQuery matches one word: its stem exactly per field, then, when approximate (see
-// maxApproxTerms), prefix and typo matches as the config allows for a word the index does
-// (known) or does not contain.
+// approximations reports whether the config gives word prefix and typo matches, for a
+// word the index does (known) or does not contain.
+func (ix *Index) approximations(word string, known bool) (prefix, typo bool) {
+	c := ix.cfg
+	prefix = c.PrefixBoost > 0 && (!known || c.PrefixKnown) && utf8.RuneCountInString(text.Stem(word)) >= c.PrefixMinLen
+	n := utf8.RuneCountInString(word)
+	typo = c.FuzzyBoost > 0 && c.Fuzziness > 0 && (!known || c.FuzzyKnown) && n >= c.FuzzyMinLen && n <= fuzzyMaxLen
+	return prefix, typo
+}
+
+// termQuery matches one word: its stem exactly per field, then prefix and typo matches
+// when asked (approximations, bounded by maxApproxTerms).
 //
 // By default only words the index lacks get prefix and typo matching. Measured with
 // BenchmarkSearch (5,000 synthetic docs of 200-700 words, 3-word queries, every fifth with a
@@ -592,7 +604,7 @@ const fuzzyMaxLen = 32
 // dictionary with it: half the CPU and two thirds of the allocations of resolving an
 // out-of-domain question (BenchmarkResolve), to find nothing for most words a KB lacks.
 // near (engine.Query.Near) tells those words apart at distance 1 in microseconds.
-func (ix *Index) termQuery(word string, known, approximate bool, near func(stem string) bool) query.Query {
+func (ix *Index) termQuery(word string, prefix, typo bool, near func(stem string) bool) query.Query {
 	c := ix.cfg
 	stem := text.Stem(word)
 	var clauses []query.Query
@@ -614,10 +626,7 @@ func (ix *Index) termQuery(word string, known, approximate bool, near func(stem 
 		name  string
 		boost float64
 	}{{fieldTitle, c.TitleBoost}, {fieldContent, c.ContentBoost}}
-	if !approximate {
-		return disjunction(clauses)
-	}
-	if c.PrefixBoost > 0 && (!known || c.PrefixKnown) && utf8.RuneCountInString(stem) >= c.PrefixMinLen {
+	if prefix {
 		for _, f := range approx {
 			if f.boost == 0 {
 				continue
@@ -628,7 +637,7 @@ func (ix *Index) termQuery(word string, known, approximate bool, near func(stem 
 			clauses = append(clauses, p)
 		}
 	}
-	if n := utf8.RuneCountInString(word); c.FuzzyBoost > 0 && c.Fuzziness > 0 && (!known || c.FuzzyKnown) && n >= c.FuzzyMinLen && n <= fuzzyMaxLen {
+	if typo {
 		// Without a neighbour the typo match is the term query Bleve's fuzzy searcher
 		// falls back to when it finds no candidate: the same clause, so the same query
 		// norm and scores, without the walk.

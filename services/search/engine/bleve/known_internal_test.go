@@ -61,6 +61,10 @@ func TestApproximateMatchesAreBoundedPerQuery(t *testing.T) {
 	for i := range filler {
 		filler[i] = fmt.Sprintf("zzqx%cvw", 'a'+i) // no document holds anything like them
 	}
+	short := make([]string, 2*maxApproxTerms)
+	for i := range short {
+		short[i] = fmt.Sprintf("q%d", i)
+	}
 	for _, tc := range []struct {
 		name  string
 		terms []string
@@ -69,6 +73,8 @@ func TestApproximateMatchesAreBoundedPerQuery(t *testing.T) {
 		{"first", append([]string{"snapshor"}, filler[1:]...), true},
 		{"last of the bound", append(slices.Clone(filler[1:]), "snapshor"), true},
 		{"past the bound", append(slices.Clone(filler), "snapshor"), false},
+		// Words too short for either match take none of the bound.
+		{"after short words", append(append(short, filler[1:]...), "snapshor"), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hits, err := ix.Search(context.Background(), engine.Query{Terms: tc.terms})
