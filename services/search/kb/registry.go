@@ -178,8 +178,9 @@ type openIndex struct {
 	// dirty marks a persisted index changed in place by a write: it no longer holds the
 	// tree its directory is named after, so no Load may reuse it.
 	dirty bool
-	// broken marks one that a failed write may have left holding part of that write (its
-	// undo failed too): it holds no tree at all, so it is never kept (keepLocked).
+	// broken marks one a write failed on: it may hold part of that write (when the undo
+	// failed too), or BM25 statistics that no longer count its documents (when the undo
+	// worked: see apply). It is never kept for the next start (keepLocked).
 	broken bool
 }
 

@@ -1007,9 +1007,12 @@ func (r *Registry) apply(ctx context.Context, cur *KB, p *plan) (*KB, error) {
 			ref.dirty = true
 		}
 		if err := engine.Apply(ctx, w, changes); err != nil {
+			// Never kept at stop, even once undone: the undo takes back the whole write,
+			// while its failed batch's BM25 counts were never added, so kept statistics
+			// would be off for good.
+			ref.broken = true
 			if uerr := engine.Apply(ctx, w, engine.Inverse(changes)); uerr != nil {
 				r.log.Error("undo a failed index write", "kb", cur.ID, "err", uerr)
-				ref.broken = true
 				return nil, fmt.Errorf("%w: %w (%w)", ErrEngine, err, errRebuild)
 			}
 			return nil, fmt.Errorf("%w: %w", ErrEngine, err)

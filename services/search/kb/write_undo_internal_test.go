@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/quarry-router/quarry/services/search/engine"
+	"github.com/quarry-router/quarry/services/search/engine/bleve"
 	"github.com/quarry-router/quarry/services/search/tree"
 )
 
@@ -68,11 +70,13 @@ func TestAnUndoneBatchIsSynced(t *testing.T) {
 }
 
 // halfWriter is an engine whose write fails after changing the index, and whose undo
-// fails too: the index is left holding part of a write that did not happen.
+// fails too: the index is left holding part of a write that did not happen. onUndo, if
+// set, runs when the undo is asked for.
 type halfWriter struct {
 	engine.Backend
-	w     engine.Writer
-	calls int
+	w      engine.Writer
+	calls  int
+	onUndo func()
 }
 
 func (h *halfWriter) Apply(ctx context.Context, changes []engine.Change) error {
@@ -81,51 +85,114 @@ func (h *halfWriter) Apply(ctx context.Context, changes []engine.Change) error {
 		if err := h.w.Apply(ctx, changes); err != nil {
 			return err
 		}
+	} else if h.onUndo != nil {
+		h.onUndo()
 	}
 	return errors.New("the engine broke mid-write")
 }
 
 // A persisted index that a failed write may have changed is rebuilt from the folder, not
-// reopened from the open index of the same tree, and is not kept for the next start.
+// reopened from the open index of the same tree, and is not kept for the next start:
+// neither when the rebuild succeeds, nor when it fails (the folder unreadable for a
+// moment) and the service stops before the repair.
 func TestAHalfWrittenPersistedIndexIsRebuilt(t *testing.T) {
-	root, cfg, reg := oneFileKB(t, "# A\n\nThe old text.\n", "-data-dir", t.TempDir())
+	for _, rebuildFails := range []bool{false, true} {
+		t.Run(fmt.Sprintf("rebuild fails %v", rebuildFails), func(t *testing.T) {
+			root, cfg, reg := oneFileKB(t, "# A\n\nThe old text.\n", "-data-dir", t.TempDir())
+			ctx := context.Background()
+			k, err := reg.Load(ctx, "docs", root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			broken := &halfWriter{Backend: k.Engine, w: k.Engine.(engine.Writer)}
+			if rebuildFails {
+				broken.onUndo = func() {
+					if err := os.Rename(root, root+".away"); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			k.Engine = broken
+
+			if _, err := reg.UpsertFile(ctx, "docs", "b.md", []byte("# B\n\nThe zorblatt sizer.\n")); !errors.Is(err, ErrEngine) {
+				t.Fatalf("write through a broken engine = %v, want ErrEngine", err)
+			}
+			if broken.calls != 2 {
+				t.Fatalf("the engine was asked %d times, want the write and its undo", broken.calls)
+			}
+			zorblatt := func(k *KB) bool {
+				hits, err := k.Engine.Search(ctx, engine.Query{Terms: []string{"zorblatt"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return len(hits) > 0
+			}
+			if rebuildFails {
+				// The folder is back before the repair (a second away) can run.
+				if err := os.Rename(root+".away", root); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				now, err := reg.Get("docs")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if now.Engine == k.Engine || now.ref == k.ref || zorblatt(now) {
+					t.Fatal("after the failed write the knowledge base still searches the half-written index")
+				}
+			}
+			reg.Close()
+
+			next := NewRegistry(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			t.Cleanup(next.Close)
+			k, err = next.Load(ctx, "docs", root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if zorblatt(k) {
+				t.Error("the next start finds the failed write")
+			}
+		})
+	}
+}
+
+// failingWriter is an engine whose write fails without changing the index, and whose undo
+// works: the index holds what it held, but BM25 statistics counted by batch need not.
+type failingWriter struct {
+	engine.Backend
+	w     engine.Writer
+	calls int
+}
+
+func (f *failingWriter) Apply(ctx context.Context, changes []engine.Change) error {
+	if f.calls++; f.calls == 1 {
+		return errors.New("the engine refused the batch")
+	}
+	return f.w.Apply(ctx, changes)
+}
+
+// An index a write failed on is not kept for the next start even when the write was
+// undone: the undo takes back counts the failed batch never added, and kept statistics
+// would score every later search wrongly.
+func TestAnIndexAWriteFailedOnIsNotKept(t *testing.T) {
+	root, cfg, reg := oneFileKB(t, "# A\n\nPools of connections.\n", "-data-dir", t.TempDir())
 	ctx := context.Background()
 	k, err := reg.Load(ctx, "docs", root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	broken := &halfWriter{Backend: k.Engine, w: k.Engine.(engine.Writer)}
-	k.Engine = broken
-
-	if _, err := reg.UpsertFile(ctx, "docs", "b.md", []byte("# B\n\nThe zorblatt sizer.\n")); !errors.Is(err, ErrEngine) {
-		t.Fatalf("write through a broken engine = %v, want ErrEngine", err)
-	}
-	if broken.calls != 2 {
-		t.Fatalf("the engine was asked %d times, want the write and its undo", broken.calls)
-	}
-	zorblatt := func(k *KB) bool {
-		hits, err := k.Engine.Search(ctx, engine.Query{Terms: []string{"zorblatt"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(hits) > 0
-	}
-	now, err := reg.Get("docs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if now.Engine == k.Engine || now.ref == k.ref || zorblatt(now) {
-		t.Fatal("after the failed write the knowledge base still searches the half-written index")
+	k.Engine = &failingWriter{Backend: k.Engine, w: k.Engine.(engine.Writer)}
+	if _, err := reg.UpsertFile(ctx, "docs", "a.md", []byte("# A\n\nPools of connections, sized per replica and per database.\n")); !errors.Is(err, ErrEngine) {
+		t.Fatalf("write through a failing engine = %v, want ErrEngine", err)
 	}
 	reg.Close()
-
 	next := NewRegistry(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(next.Close)
 	k, err = next.Load(ctx, "docs", root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if zorblatt(k) {
-		t.Error("the next start finds the failed write")
+	if ix, ok := k.Engine.(*bleve.Index); !ok || ix.Reused() {
+		t.Error("the next start reopened the index a write failed on")
 	}
 }
