@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/quarry-router/quarry/platform/text"
@@ -31,6 +32,29 @@ type Edit struct {
 }
 
 func (b Batch) empty() bool { return b.paths() == 0 }
+
+// maxBatchCount bounds one path's hits or curations in a batch: a replica counts a
+// flush's worth. A count past it, or not positive, is no batch a replica published (a
+// hand-made or damaged entry): applied, -1,000,000 hits zeroed a file's importance on
+// every replica, and the snapshots kept it.
+const maxBatchCount = 1 << 20
+
+// check reports whether b could have been published by a replica.
+func (b Batch) check() error {
+	for _, counts := range []map[string]int{b.Hits, b.Curations} {
+		for p, n := range counts {
+			if p == "" || n <= 0 || n > maxBatchCount {
+				return fmt.Errorf("batch counts %d for %q, want 1 to %d for a path", n, p, maxBatchCount)
+			}
+		}
+	}
+	for _, e := range b.Edits {
+		if e.Path == "" || e.Version == "" {
+			return fmt.Errorf("batch edit %+v names no path or no version", e)
+		}
+	}
+	return nil
+}
 
 // paths is how many paths the batch names (a path with hits and curations twice).
 func (b Batch) paths() int { return len(b.Hits) + len(b.Curations) + len(b.Edits) }
@@ -329,7 +353,13 @@ func (s *Store) keepPending(b Batch) {
 	}
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
-	s.apply(b, s.latestAt())
+	at := s.latestAt()
+	s.apply(b, at)
+	// Reading the pool forgets what was seen over a day ago (forgetSeen); while it is
+	// away nothing would, and each edit applied here would be remembered, and saved in
+	// signals.json at every flush, until it is back. Batch ids are kept: the pending
+	// batches' are refreshed when they are published.
+	s.forgetEdits(at)
 	s.pool.pending = append(s.pool.pending, PendingBatch{Batch: b})
 	paths := 0
 	for _, pb := range s.pool.pending {
@@ -359,9 +389,19 @@ func (s *Store) latestAt() time.Time {
 	return s.pool.cursorAt
 }
 
+// maxAhead is how far ahead of this replica's clock a pooled batch's stamp is taken as
+// it is: the clocks of Redis and the replicas agree within milliseconds.
+const maxAhead = time.Minute
+
 // applyPooled applies a batch read from the pool and moves the cursor past it.
 // Called under flushMu.
 func (s *Store) applyPooled(pb Pooled) {
+	if limit := s.now().Add(maxAhead); pb.At.After(limit) {
+		// Stamped far ahead (a Redis clock that jumped, a hand-made id): applied as of
+		// then, it would take that much decay off every path it names at once, and stamp
+		// them so that they never decay again until the clock catches up.
+		pb.At = limit
+	}
 	s.forgetSeen(pb.At)
 	s.apply(pb.Batch, pb.At)
 	s.pool.cursor, s.pool.cursorAt = pb.ID, pb.At
@@ -591,6 +631,15 @@ const seenFor = 10 * time.Minute
 
 // forgetSeen drops what was applied more than seenFor before the minute of at, once
 // per minute of pool time. Called under flushMu.
+// forgetEdits forgets the edits seen more than seenFor before at.
+func (s *Store) forgetEdits(at time.Time) {
+	for k, t := range s.seen {
+		if strings.HasPrefix(k, "e:") && at.Sub(t) > seenFor {
+			delete(s.seen, k)
+		}
+	}
+}
+
 func (s *Store) forgetSeen(at time.Time) {
 	minute := at.Truncate(time.Minute)
 	if !minute.After(s.forgotAt) {

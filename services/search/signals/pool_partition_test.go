@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -203,6 +204,22 @@ func TestSeenIsBoundedWhileThePoolIsDown(t *testing.T) {
 	if n, u := len(a.State().Seen), len(a.pool.pending); n != maxPending+maxDropped || u != maxPending {
 		t.Errorf("after 2000 flushes (33 minutes) with the pool down: %d IDs in seen (want %d), %d batches kept to publish (want %d)",
 			n, maxPending+maxDropped, u, maxPending)
+	}
+	// Edits are remembered for seenFor, while the pool is down too: each one an edit
+	// key in seen, which grew with every edit until the pool came back.
+	for i := range 2000 {
+		off.Store(int64(2000*time.Second + time.Duration(i)*time.Second))
+		a.RecordEdit("a.md", fmt.Sprintf("v%d", i))
+		_ = a.FlushVia(context.Background(), allFails{pa})
+	}
+	edits := 0
+	for k := range a.State().Seen {
+		if strings.HasPrefix(k, "e:") {
+			edits++
+		}
+	}
+	if max := int(seenFor/time.Second) + 1; edits > max {
+		t.Errorf("after 2000 edits, one a second with the pool down: %d in seen, want those of the last %v (%d)", edits, seenFor, max)
 	}
 
 	// And the paths they hold are bounded too: a busy replica's batch can name tens of

@@ -306,23 +306,65 @@ func TestAPoolThatLostItsSnapshotIsOfferedOneAtOnce(t *testing.T) {
 	importanceIs(t, "the replica that started after the restart", late, "a.md", 53)
 }
 
-// An entry a replica cannot read (another release's format, a hand-made one) is passed
-// by and said, not a wall that stops every replica's pooling for good.
+// An entry a replica cannot read (another release's format, a hand-made or damaged one)
+// is passed by and said, not a wall that stops every replica's pooling for good, nor a
+// batch that poisons every replica's importance.
 func TestAnUnreadableBatchIsPassedBy(t *testing.T) {
+	for _, tc := range []struct {
+		name, id, batch string
+	}{
+		{"another format", "*", `{"h":{"a.md":1.5}}`},
+		{"a negative count", "*", `{"h":{"a.md":-1000000}}`},
+		{"a count past any flush", "*", `{"c":{"a.md":2000000}}`},
+		{"an edit of no path", "*", `{"e":[{"p":"","v":"x"}]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, client, pool := redisPools(t)
+			a := replica()
+			pa := pool("kb")
+			flushVia(t, a, pa)
+			if err := client.XAdd(context.Background(), &redis.XAddArgs{Stream: pa.stream, ID: tc.id, Values: []string{"b", tc.batch}}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			a.RecordHits([]string{"b.md"})
+			if err := a.FlushVia(context.Background(), pa); !errors.Is(err, ErrUnreadable) {
+				t.Fatalf("FlushVia over an unreadable entry: %v, want it said", err)
+			}
+			flushVia(t, a, pa)
+			importanceIs(t, "past the unreadable entry", a, "b.md", 53)
+			importanceIs(t, "past the unreadable entry", a, "a.md", 50)
+			a.RecordHits([]string{"b.md"})
+			flushVia(t, a, pa)
+			importanceIs(t, "learning on after the unreadable entry", a, "b.md", 56)
+		})
+	}
+}
+
+// A batch stamped far ahead of the replicas' clocks (a Redis clock that jumped, a
+// hand-made id) is applied as of a minute ahead at most: as of a year ahead, it took a
+// year's decay off every path it named, and stamped them so that they did not decay again.
+func TestABatchStampedFarAheadIsAppliedAsOfNow(t *testing.T) {
 	_, client, pool := redisPools(t)
 	a := replica()
 	pa := pool("kb")
+	a.RecordHits([]string{"a.md"})
 	flushVia(t, a, pa)
-	if err := client.XAdd(context.Background(), &redis.XAddArgs{Stream: pa.stream, Values: []string{"b", `{"h":{"a.md":1.5}}`}}).Err(); err != nil {
+	importanceIs(t, "before", a, "a.md", 53)
+	ahead := time.Now().Add(365 * 24 * time.Hour).UnixMilli()
+	if err := client.XAdd(context.Background(), &redis.XAddArgs{Stream: pa.stream, ID: fmt.Sprintf("%d-0", ahead), Values: []string{"b", `{"id":"x.1","h":{"a.md":1}}`}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	a.RecordHits([]string{"b.md"})
-	if err := a.FlushVia(context.Background(), pa); !errors.Is(err, ErrUnreadable) {
-		t.Fatalf("FlushVia over an unreadable entry: %v, want it said", err)
+	flushVia(t, a, pa)
+	importanceIs(t, "after a hit stamped a year ahead", a, "a.md", 56)
+	// Redis takes ids up to 2^64-1 ms, and every later entry's id follows the largest.
+	if err := client.XAdd(context.Background(), &redis.XAddArgs{Stream: pa.stream, ID: "18446744073709551615-0", Values: []string{"b", `{"id":"x.2","h":{"a.md":1}}`}}).Err(); err != nil {
+		t.Fatal(err)
 	}
 	flushVia(t, a, pa)
-	importanceIs(t, "past the unreadable entry", a, "b.md", 53)
-	importanceIs(t, "past the unreadable entry", a, "a.md", 50)
+	importanceIs(t, "after a hit stamped past any time", a, "a.md", 59)
+	a.RecordHits([]string{"b.md"}) // published after it: its id follows
+	flushVia(t, a, pa)
+	importanceIs(t, "learning on after it", a, "b.md", 53)
 }
 
 // A cursor that is no stream id (a hand edit of signals.json) reads from the start

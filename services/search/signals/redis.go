@@ -123,16 +123,23 @@ func decodeEntry(e any) (Pooled, error) {
 	}
 	id, _ := pair[0].(string)
 	ms, _, ok := strings.Cut(id, "-")
-	stamp, err := strconv.ParseInt(ms, 10, 64)
+	stamp, err := strconv.ParseUint(ms, 10, 64)
 	if !ok || err != nil {
 		return Pooled{}, fmt.Errorf("stream entry id %q: want <milliseconds>-<sequence>", id)
 	}
-	pb := Pooled{ID: id, At: time.UnixMilli(stamp)}
+	// Redis takes ids up to 2^64-1 ms, and every later id follows the largest: one past
+	// any time (a hand-made id) is read as the latest time there is, which applyPooled
+	// takes as far ahead and applies as of now, like every entry after it.
+	pb := Pooled{ID: id, At: time.UnixMilli(int64(min(stamp, maxStamp)))}
 	fields, _ := pair[1].([]any)
 	for i := 0; i+1 < len(fields); i += 2 {
 		if fields[i] == "b" {
 			raw, _ := fields[i+1].(string)
-			if err := json.Unmarshal([]byte(raw), &pb.Batch); err != nil {
+			err := json.Unmarshal([]byte(raw), &pb.Batch)
+			if err == nil {
+				err = pb.Batch.check()
+			}
+			if err != nil {
 				pb.Batch = Batch{}
 				return pb, fmt.Errorf("stream entry %s: %w", id, err)
 			}
@@ -141,6 +148,9 @@ func decodeEntry(e any) (Pooled, error) {
 	}
 	return pb, fmt.Errorf("stream entry %s: no batch", id)
 }
+
+// maxStamp is the last millisecond of the year 9999, past which a stream id is no time.
+const maxStamp = 253402300799999
 
 // snapshotTimeout bounds a snapshot's save or load, which carries a knowledge base's
 // every record (compressed, about a megabyte for 100,000 files).
