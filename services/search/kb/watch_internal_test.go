@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+
+	"github.com/fsnotify/fsnotify"
 )
 
 // The service's own writes reach the folder watcher as events; applying them must change
@@ -64,5 +67,45 @@ func TestOwnWritesSeenByTheWatcherChangeNothing(t *testing.T) {
 		if echo.Changed || echo.KB.Generation != res.KB.Generation {
 			t.Errorf("the watcher's echo of %s changed the knowledge base: %+v", e.name, echo.Files)
 		}
+	}
+}
+
+// unwatch drops the watches of a removed or renamed folder and those below it, and
+// looks at no watch for a path walk did not watch (a file: most removals).
+func TestUnwatchDropsAFoldersWatchesOnly(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"a/b", "c"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	fw := &folderWatcher{w: w, roots: map[string]string{}, folders: map[string]os.FileInfo{}, parents: map[string]bool{}, watched: map[string]bool{}}
+	reg := NewRegistry(Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	fw.walk(root, "team", reg)
+	watched := func() []string {
+		l := w.WatchList()
+		slices.Sort(l)
+		return l
+	}
+	all := []string{root, filepath.Join(root, "a"), filepath.Join(root, "a", "b"), filepath.Join(root, "c")}
+	if got := watched(); !slices.Equal(got, all) {
+		t.Fatalf("watched %v, want %v", got, all)
+	}
+	fw.unwatch(filepath.Join(root, "a", "x.md"))
+	fw.unwatch(filepath.Join(root, "ab")) // a name that a watched folder's name starts
+	if got := watched(); !slices.Equal(got, all) {
+		t.Fatalf("after removals of files: watched %v, want %v", got, all)
+	}
+	fw.unwatch(filepath.Join(root, "a"))
+	if got, want := watched(), []string{root, filepath.Join(root, "c")}; !slices.Equal(got, want) {
+		t.Fatalf("after the removal of a: watched %v, want %v", got, want)
+	}
+	if fw.watched[filepath.Join(root, "a", "b")] {
+		t.Error("a/b is still counted as watched")
 	}
 }

@@ -3,6 +3,7 @@ package kb_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ func TestEditsAndSwapsOfAKnowledgeBaseServedThroughALink(t *testing.T) {
 			v1 := writeTree(t, map[string]string{
 				"ops/pager.md":   "# Pager\n\nThe pager rotates weekly.\n",
 				"ops/backups.md": "# Backups\n\nNightly backups go to object storage.\n",
+				"bad.md":         "---\nimportance: 500\n---\n# Bad\n", // refused, and counted
 			})
 			v2 := writeTree(t, map[string]string{
 				"ops/pager.md":         "# Pager\n\nThe pager follows the sun.\n",
@@ -65,6 +67,10 @@ func TestEditsAndSwapsOfAKnowledgeBaseServedThroughALink(t *testing.T) {
 			}
 			if k.Version != fresh.Version {
 				t.Errorf("content version %x after the swap, a load of the new folder has %x", k.Version, fresh.Version)
+			}
+			if k.Tree.Files() != fresh.Tree.Files() || !slices.Equal(k.Tree.Refused(), fresh.Tree.Refused()) {
+				t.Errorf("after the swap: %d files, refused %v; a load of the new folder: %d, %v",
+					k.Tree.Files(), k.Tree.Refused(), fresh.Tree.Files(), fresh.Tree.Refused())
 			}
 
 			// And edits in the new folder, not the old one, are followed.
