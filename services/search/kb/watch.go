@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -40,6 +42,12 @@ type folderWatcher struct {
 	// unwatch need not scan every watch for one. Scanned for each removed file, 10,000
 	// removals (rm -r, a branch switch) of a tree of 5,000 folders took 6.2 s (5 ms now).
 	watched map[string]bool
+	// catchUp holds the knowledge bases whose watch began after their folder was read
+	// (Load reads it, then the watch is added): what changed in between made no event,
+	// and no rescan sees it either (the first only records). The loop reads each whole
+	// once, as after a swap; unchanged files change nothing. caught signals it.
+	catchUp map[string]bool
+	caught  chan struct{}
 }
 
 // WatchFolders watches the folder of every knowledge base, present and future, until ctx
@@ -55,7 +63,7 @@ func (r *Registry) WatchFolders(ctx context.Context) (wait func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	fw := &folderWatcher{w: w, roots: map[string]string{}, folders: map[string]os.FileInfo{}, parents: map[string]bool{}, watched: map[string]bool{}}
+	fw := newFolderWatcher(w)
 	r.loadMu.Lock()
 	r.watcher = fw
 	r.mu.RLock()
@@ -76,6 +84,11 @@ func (r *Registry) WatchFolders(ctx context.Context) (wait func(), err error) {
 		r.watchLoop(ctx, fw)
 	}()
 	return func() { <-done }, nil
+}
+
+func newFolderWatcher(w *fsnotify.Watcher) *folderWatcher {
+	return &folderWatcher{w: w, roots: map[string]string{}, folders: map[string]os.FileInfo{}, parents: map[string]bool{},
+		watched: map[string]bool{}, catchUp: map[string]bool{}, caught: make(chan struct{}, 1)}
 }
 
 func (r *Registry) watchLoop(ctx context.Context, fw *folderWatcher) {
@@ -173,6 +186,22 @@ func (r *Registry) watchLoop(ctx context.Context, fw *folderWatcher) {
 			}
 			pending[id][rel] = true
 			arm()
+		case <-fw.caught:
+			fw.mu.Lock()
+			ids := fw.catchUp
+			fw.catchUp = map[string]bool{}
+			fw.mu.Unlock()
+			for id := range ids {
+				if k, err := r.Get(id); err == nil {
+					if pending[id] == nil {
+						pending[id] = map[string]bool{}
+					}
+					for _, p := range topLevel(k, k.Tree.Root) {
+						pending[id][p] = true
+					}
+				}
+			}
+			arm()
 		case <-quiet:
 			flush()
 		}
@@ -199,6 +228,13 @@ func (fw *folderWatcher) add(id, root string, r *Registry) {
 		}
 	}
 	fw.walk(abs, id, r)
+	fw.mu.Lock()
+	fw.catchUp[id] = true
+	fw.mu.Unlock()
+	select {
+	case fw.caught <- struct{}{}:
+	default: // already signalled
+	}
 }
 
 // walk watches dir and the folders below it, links and hidden folders excluded, as the
@@ -274,33 +310,34 @@ func (fw *folderWatcher) swapped(r *Registry) map[string][]string {
 		fw.unwatch(rt.abs)
 		fw.walk(rt.abs, rt.id, r)
 		r.log.Info("knowledge base folder swapped", "kb", rt.id, "root", rt.abs)
-		top := map[string]bool{}
 		if k, err := r.Get(rt.id); err == nil {
-			for _, d := range k.Tree.Docs {
-				first, _, _ := strings.Cut(d.Path, "/")
-				top[first] = true
-			}
-			// And the files it refused, which it counts until they are gone.
-			for _, p := range k.Tree.Refused() {
-				first, _, _ := strings.Cut(p, "/")
-				top[first] = true
-			}
+			out[rt.id] = topLevel(k, rt.abs)
 		}
-		if entries, err := os.ReadDir(rt.abs); err == nil {
-			for _, e := range entries {
-				if !strings.HasPrefix(e.Name(), ".") {
-					top[e.Name()] = true
-				}
-			}
-		}
-		paths := make([]string, 0, len(top))
-		for p := range top {
-			paths = append(paths, p)
-		}
-		sort.Strings(paths)
-		out[rt.id] = paths
 	}
 	return out
+}
+
+// topLevel returns the top-level names of what k indexed or refused (which it counts
+// until they are gone) and of what the folder dir holds: applyEdits of them reads the
+// folder whole and drops what is gone.
+func topLevel(k *KB, dir string) []string {
+	top := map[string]bool{}
+	for _, d := range k.Tree.Docs {
+		first, _, _ := strings.Cut(d.Path, "/")
+		top[first] = true
+	}
+	for _, p := range k.Tree.Refused() {
+		first, _, _ := strings.Cut(p, "/")
+		top[first] = true
+	}
+	if entries, err := os.ReadDir(dir); err == nil {
+		for _, e := range entries {
+			if !strings.HasPrefix(e.Name(), ".") {
+				top[e.Name()] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(top))
 }
 
 // unwatch stops watching a folder that was renamed or removed, and the folders below it.

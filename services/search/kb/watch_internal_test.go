@@ -84,7 +84,7 @@ func TestUnwatchDropsAFoldersWatchesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	fw := &folderWatcher{w: w, roots: map[string]string{}, folders: map[string]os.FileInfo{}, parents: map[string]bool{}, watched: map[string]bool{}}
+	fw := newFolderWatcher(w)
 	reg := NewRegistry(Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	fw.walk(root, "team", reg)
 	watched := func() []string {

@@ -85,3 +85,62 @@ func TestEditsAndSwapsOfAKnowledgeBaseServedThroughALink(t *testing.T) {
 		})
 	}
 }
+
+// What changes in a knowledge base's folder between its load and the start of its watch
+// (a service starting while git-sync publishes, or a sync job writes) made no event, and
+// the first rescan only records the folder: it was served stale until the same files
+// changed again. The watch reads the folder whole once when it begins.
+func TestChangesMadeWhileTheServiceStartsAreApplied(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, base, link, v1, v2 string)
+		want   func(k *kb.KB) bool
+	}{
+		{"an edit in the folder", func(t *testing.T, _, _, v1, _ string) {
+			writeFile(t, v1, "ops/pager.md", "# Pager\n\nThe pager follows the moon.\n")
+		}, func(k *kb.KB) bool {
+			d := k.Tree.ByPath["ops/pager.md"]
+			return d != nil && strings.Contains(d.Content, "moon")
+		}},
+		{"the link swapped", func(t *testing.T, base, link, _, v2 string) {
+			tmp := filepath.Join(base, "current.tmp")
+			if err := os.Symlink(v2, tmp); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, link); err != nil {
+				t.Fatal(err)
+			}
+		}, func(k *kb.KB) bool {
+			_, lag := k.Tree.ByPath["data/kafka/lag.md"]
+			_, backups := k.Tree.ByPath["ops/backups.md"]
+			return lag && !backups
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := defaultConfig(t)
+			cfg.Write.WatchDebounce = 20 * time.Millisecond
+			reg := newRegistry(t, cfg)
+			base := t.TempDir()
+			v1 := writeTree(t, map[string]string{
+				"ops/pager.md":   "# Pager\n\nThe pager rotates weekly.\n",
+				"ops/backups.md": "# Backups\n\nNightly backups go to object storage.\n",
+			})
+			v2 := writeTree(t, map[string]string{
+				"ops/pager.md":      "# Pager\n\nThe pager follows the sun.\n",
+				"data/kafka/lag.md": "# Lag\n\nConsumer lag alerts.\n",
+			})
+			link := filepath.Join(base, "current")
+			if err := os.Symlink(v1, link); err != nil {
+				t.Fatal(err)
+			}
+			load(t, reg, "team", link)
+			ch, stop := reg.Watch()
+			defer stop()
+			recv(t, ch)
+			tc.change(t, base, link, v1, v2)
+			watch(t, reg)
+			poll(t, reg, time.Minute)
+			waitFor(t, reg, ch, tc.want, "the change made before the watch began")
+		})
+	}
+}
