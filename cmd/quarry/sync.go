@@ -110,6 +110,9 @@ func syncCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fmt.Fprintf(stdout, "  rejected %s: %s\n", f.GetPath(), f.GetReason())
 		}
 	}
+	if resp.GetFilesTruncated() {
+		fmt.Fprintf(stdout, "  (the search service listed %d of the results, rejected files first)\n", len(resp.GetFiles()))
+	}
 	if s.GetRejected() > 0 {
 		return fmt.Errorf("%d files rejected", s.GetRejected())
 	}

@@ -323,10 +323,16 @@ type SyncTreeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The knowledge base after the sync.
 	Summary *WriteSummary `protobuf:"bytes,1,opt,name=summary,proto3" json:"summary,omitempty"`
-	// One result per file seen or removed, sorted by path. Unchanged files are included.
-	Files         []*FileResult `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// One result per file seen or removed, sorted by path. Unchanged files are included,
+	// unless the list is cut (files_truncated).
+	Files []*FileResult `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"`
+	// True when files holds only some of the results: a response lists at most 2 MiB of
+	// them, rejected files first, then removed, indexed and unchanged ones, so that it
+	// fits a client's default 4 MiB message limit (a sync of 100,000 files would not).
+	// summary counts them all.
+	FilesTruncated bool `protobuf:"varint,3,opt,name=files_truncated,json=filesTruncated,proto3" json:"files_truncated,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SyncTreeResponse) Reset() {
@@ -371,6 +377,13 @@ func (x *SyncTreeResponse) GetFiles() []*FileResult {
 		return x.Files
 	}
 	return nil
+}
+
+func (x *SyncTreeResponse) GetFilesTruncated() bool {
+	if x != nil {
+		return x.FilesTruncated
+	}
+	return false
 }
 
 // SyncFilesHeader opens a SyncFiles stream.
@@ -576,10 +589,13 @@ type SyncFilesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The knowledge base after the sync.
 	Summary *WriteSummary `protobuf:"bytes,1,opt,name=summary,proto3" json:"summary,omitempty"`
-	// One result per file uploaded or removed, sorted by path.
-	Files         []*FileResult `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// One result per file uploaded or removed, sorted by path, unless the list is cut
+	// (files_truncated).
+	Files []*FileResult `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"`
+	// True when files holds only some of the results, as in SyncTreeResponse.
+	FilesTruncated bool `protobuf:"varint,3,opt,name=files_truncated,json=filesTruncated,proto3" json:"files_truncated,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SyncFilesResponse) Reset() {
@@ -624,6 +640,13 @@ func (x *SyncFilesResponse) GetFiles() []*FileResult {
 		return x.Files
 	}
 	return nil
+}
+
+func (x *SyncFilesResponse) GetFilesTruncated() bool {
+	if x != nil {
+		return x.FilesTruncated
+	}
+	return false
 }
 
 // UpsertFileRequest carries one file.
@@ -1428,10 +1451,11 @@ const file_quarry_v1_knowledge_proto_rawDesc = "" +
 	"\x0fSyncTreeRequest\x12%\n" +
 	"\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\x12!\n" +
-	"\fkeep_missing\x18\x03 \x01(\bR\vkeepMissing\"r\n" +
+	"\fkeep_missing\x18\x03 \x01(\bR\vkeepMissing\"\x9b\x01\n" +
 	"\x10SyncTreeResponse\x121\n" +
 	"\asummary\x18\x01 \x01(\v2\x17.quarry.v1.WriteSummaryR\asummary\x12+\n" +
-	"\x05files\x18\x02 \x03(\v2\x15.quarry.v1.FileResultR\x05files\"[\n" +
+	"\x05files\x18\x02 \x03(\v2\x15.quarry.v1.FileResultR\x05files\x12'\n" +
+	"\x0ffiles_truncated\x18\x03 \x01(\bR\x0efilesTruncated\"[\n" +
 	"\x0fSyncFilesHeader\x12%\n" +
 	"\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12!\n" +
 	"\fkeep_missing\x18\x02 \x01(\bR\vkeepMissing\"<\n" +
@@ -1441,10 +1465,11 @@ const file_quarry_v1_knowledge_proto_rawDesc = "" +
 	"\x10SyncFilesRequest\x124\n" +
 	"\x06header\x18\x01 \x01(\v2\x1a.quarry.v1.SyncFilesHeaderH\x00R\x06header\x12-\n" +
 	"\x04file\x18\x02 \x01(\v2\x17.quarry.v1.UploadedFileH\x00R\x04fileB\t\n" +
-	"\amessage\"s\n" +
+	"\amessage\"\x9c\x01\n" +
 	"\x11SyncFilesResponse\x121\n" +
 	"\asummary\x18\x01 \x01(\v2\x17.quarry.v1.WriteSummaryR\asummary\x12+\n" +
-	"\x05files\x18\x02 \x03(\v2\x15.quarry.v1.FileResultR\x05files\"h\n" +
+	"\x05files\x18\x02 \x03(\v2\x15.quarry.v1.FileResultR\x05files\x12'\n" +
+	"\x0ffiles_truncated\x18\x03 \x01(\bR\x0efilesTruncated\"h\n" +
 	"\x11UpsertFileRequest\x12%\n" +
 	"\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n" +

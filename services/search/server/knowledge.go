@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -56,7 +57,8 @@ func (s *Knowledge) SyncTree(ctx context.Context, req *quarryv1.SyncTreeRequest)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	return &quarryv1.SyncTreeResponse{Summary: summary(res), Files: fileResults(res.Files)}, nil
+	files, truncated := fileResults(res.Files)
+	return &quarryv1.SyncTreeResponse{Summary: summary(res), Files: files, FilesTruncated: truncated}, nil
 }
 
 // SyncFiles makes a knowledge base hold the uploaded files.
@@ -98,7 +100,8 @@ func (s *Knowledge) SyncFiles(stream grpc.ClientStreamingServer[quarryv1.SyncFil
 	if err != nil {
 		return toStatus(ctx, s.log, err)
 	}
-	return stream.SendAndClose(&quarryv1.SyncFilesResponse{Summary: summary(res), Files: fileResults(res.Files)})
+	results, truncated := fileResults(res.Files)
+	return stream.SendAndClose(&quarryv1.SyncFilesResponse{Summary: summary(res), Files: results, FilesTruncated: truncated})
 }
 
 // UpsertFile adds or replaces one file.
@@ -108,7 +111,7 @@ func (s *Knowledge) UpsertFile(ctx context.Context, req *quarryv1.UpsertFileRequ
 		return nil, toStatus(ctx, s.log, err)
 	}
 	out := &quarryv1.UpsertFileResponse{Summary: summary(res)}
-	if fs := fileResults(res.Files); len(fs) > 0 {
+	if fs, _ := fileResults(res.Files); len(fs) > 0 {
 		out.File = fs[0]
 	}
 	return out, nil
@@ -201,12 +204,33 @@ func summary(res *kb.WriteResult) *quarryv1.WriteSummary {
 	}
 }
 
-func fileResults(fs []kb.FileResult) []*quarryv1.FileResult {
-	out := make([]*quarryv1.FileResult, 0, len(fs))
-	for _, f := range fs {
+// maxListedBytes bounds the per-file results a sync's response lists, at about half a
+// client's default 4 MiB message limit. Listed whole, a sync of 100,000 files (within
+// -kb-max-files) built a response over it after the write had been made: the client
+// was told RESOURCE_EXHAUSTED, and so was every retry.
+var maxListedBytes = 2 << 20
+
+// listedResultBytes is a result's size on the wire beside its path and reason: tags,
+// lengths and the outcome.
+const listedResultBytes = 8
+
+// fileResults returns fs for a response, sorted by path, and whether some were left out
+// (maxListedBytes): rejected files are listed first, then removed, indexed and unchanged
+// ones, as far as the bound allows.
+func fileResults(fs []kb.FileResult) (out []*quarryv1.FileResult, truncated bool) {
+	order := slices.Clone(fs)
+	rank := map[kb.Outcome]int{kb.Rejected: 0, kb.Removed: 1, kb.Indexed: 2, kb.Unchanged: 3}
+	slices.SortStableFunc(order, func(a, b kb.FileResult) int { return rank[a.Outcome] - rank[b.Outcome] })
+	size := 0
+	for _, f := range order {
+		if size += len(f.Path) + len(f.Reason) + listedResultBytes; size > maxListedBytes {
+			truncated = true
+			break
+		}
 		out = append(out, &quarryv1.FileResult{Path: f.Path, Outcome: outcome(f.Outcome), Reason: f.Reason})
 	}
-	return out
+	slices.SortFunc(out, func(a, b *quarryv1.FileResult) int { return strings.Compare(a.GetPath(), b.GetPath()) })
+	return out, truncated
 }
 
 func outcome(o kb.Outcome) quarryv1.FileOutcome {

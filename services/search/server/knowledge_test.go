@@ -838,3 +838,47 @@ func TestSearchHitsRaiseImportanceAndPromoteMaturity(t *testing.T) {
 		t.Errorf("after a curation update: %v %v, want 71 validated", got.GetImportance(), got.GetMaturity())
 	}
 }
+
+// A sync's response lists its per-file results only as far as maxListedBytes (half a
+// client's default message limit), rejected files first, and says when it cut the list;
+// the summary counts every file. Listed whole, a sync of 100,000 files built a response
+// over the limit after the write was made, and every retry failed the same way.
+func TestASyncsResultsAreListedWithinABound(t *testing.T) {
+	defer func(n int) { maxListedBytes = n }(maxListedBytes)
+	f := startWrite(t, nil)
+	var files [][2]string
+	for p, c := range teamFiles {
+		files = append(files, [2]string{p, c})
+	}
+	files = append(files, [2]string{"ops/bad.md", "---\nimportance: 500\n---\n# Bad\n"})
+	resp, err := syncFiles(callCtx(t), f.know, team, false, files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetFilesTruncated() || len(resp.GetFiles()) != len(files) {
+		t.Fatalf("a small sync listed %d of %d results, truncated %v", len(resp.GetFiles()), len(files), resp.GetFilesTruncated())
+	}
+
+	maxListedBytes = len("ops/bad.md") + 200 // the rejected file and its reason, and little more
+	resp, err = syncFiles(callCtx(t), f.know, team, false, files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := resp.GetFiles()
+	if !resp.GetFilesTruncated() || len(got) == 0 || len(got) == len(files) {
+		t.Fatalf("listed %d of %d results, truncated %v; want a cut list", len(got), len(files), resp.GetFilesTruncated())
+	}
+	if !slices.ContainsFunc(got, func(r *quarryv1.FileResult) bool {
+		return r.GetPath() == "ops/bad.md" && r.GetOutcome() == quarryv1.FileOutcome_FILE_OUTCOME_REJECTED
+	}) {
+		t.Errorf("listed %v; want the rejected file among the few", got)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i-1].GetPath() >= got[i].GetPath() {
+			t.Errorf("listed results not sorted by path: %v", got)
+		}
+	}
+	if s := resp.GetSummary(); s.GetUnchanged()+s.GetRejected()+s.GetIndexed() != int32(len(files)) {
+		t.Errorf("summary %v does not count all %d files", s, len(files))
+	}
+}

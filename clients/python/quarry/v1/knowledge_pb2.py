@@ -15,7 +15,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from quarry.v1 import types_pb2 as quarry_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19quarry/v1/knowledge.proto\x12\tquarry.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15quarry/v1/types.proto\"j\n\nFileResult\x12\x12\n\x04path\x18\x01 \x01(\tR\x04path\x12\x30\n\x07outcome\x18\x02 \x01(\x0e\x32\x16.quarry.v1.FileOutcomeR\x07outcome\x12\x16\n\x06reason\x18\x03 \x01(\tR\x06reason\"\xdd\x01\n\x0cWriteSummary\x12\x1e\n\ngeneration\x18\x01 \x01(\x04R\ngeneration\x12\x18\n\x07\x63hanged\x18\x02 \x01(\x08R\x07\x63hanged\x12%\n\x0e\x64ocument_count\x18\x03 \x01(\x05R\rdocumentCount\x12\x18\n\x07indexed\x18\x04 \x01(\x05R\x07indexed\x12\x1c\n\tunchanged\x18\x05 \x01(\x05R\tunchanged\x12\x18\n\x07removed\x18\x06 \x01(\x05R\x07removed\x12\x1a\n\x08rejected\x18\x07 \x01(\x05R\x08rejected\"s\n\x0fSyncTreeRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x16\n\x06source\x18\x02 \x01(\tR\x06source\x12!\n\x0ckeep_missing\x18\x03 \x01(\x08R\x0bkeepMissing\"r\n\x10SyncTreeResponse\x12\x31\n\x07summary\x18\x01 \x01(\x0b\x32\x17.quarry.v1.WriteSummaryR\x07summary\x12+\n\x05\x66iles\x18\x02 \x03(\x0b\x32\x15.quarry.v1.FileResultR\x05\x66iles\"[\n\x0fSyncFilesHeader\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12!\n\x0ckeep_missing\x18\x02 \x01(\x08R\x0bkeepMissing\"<\n\x0cUploadedFile\x12\x12\n\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n\x07\x63ontent\x18\x02 \x01(\x0cR\x07\x63ontent\"\x82\x01\n\x10SyncFilesRequest\x12\x34\n\x06header\x18\x01 \x01(\x0b\x32\x1a.quarry.v1.SyncFilesHeaderH\x00R\x06header\x12-\n\x04\x66ile\x18\x02 \x01(\x0b\x32\x17.quarry.v1.UploadedFileH\x00R\x04\x66ileB\t\n\x07message\"s\n\x11SyncFilesResponse\x12\x31\n\x07summary\x18\x01 \x01(\x0b\x32\x17.quarry.v1.WriteSummaryR\x07summary\x12+\n\x05\x66iles\x18\x02 \x03(\x0b\x32\x15.quarry.v1.FileResultR\x05\x66iles\"h\n\x11UpsertFileRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n\x07\x63ontent\x18\x03 \x01(\x0cR\x07\x63ontent\"r\n\x12UpsertFileResponse\x12\x31\n\x07summary\x18\x01 \x01(\x0b\x32\x17.quarry.v1.WriteSummaryR\x07summary\x12)\n\x04\x66ile\x18\x02 \x01(\x0b\x32\x15.quarry.v1.FileResultR\x04\x66ile\"N\n\x11\x44\x65leteFileRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\"G\n\x12\x44\x65leteFileResponse\x12\x31\n\x07summary\x18\x01 \x01(\x0b\x32\x17.quarry.v1.WriteSummaryR\x07summary\"O\n\x12\x41rchiveFileRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\"\xa7\x01\n\x13\x41rchiveFileResponse\x12\x31\n\x07summary\x18\x01 \x01(\x0b\x32\x17.quarry.v1.WriteSummaryR\x07summary\x12\x1b\n\tstub_path\x18\x02 \x01(\tR\x08stubPath\x12#\n\rarchived_path\x18\x03 \x01(\tR\x0c\x61rchivedPath\x12\x1b\n\tghost_cue\x18\x04 \x01(\tR\x08ghostCue\"O\n\x12RestoreFileRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\"\\\n\x13RestoreFileResponse\x12\x31\n\x07summary\x18\x01 \x01(\x0b\x32\x17.quarry.v1.WriteSummaryR\x07summary\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\"T\n\x17ReadArchivedFileRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\"\x88\x01\n\x18ReadArchivedFileResponse\x12/\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x13.quarry.v1.DocumentR\x08\x64ocument\x12\x1b\n\tstub_path\x18\x02 \x01(\tR\x08stubPath\x12\x1e\n\ngeneration\x18\x03 \x01(\x04R\ngeneration\"\x7f\n\x15SuggestArchiveRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12)\n\x10\x62\x65low_importance\x18\x02 \x01(\x01R\x0f\x62\x65lowImportance\x12\x14\n\x05limit\x18\x03 \x01(\x05R\x05limit\"\xca\x01\n\x10\x41rchiveCandidate\x12\x12\n\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n\x05title\x18\x02 \x01(\tR\x05title\x12\x1e\n\nimportance\x18\x03 \x01(\x01R\nimportance\x12/\n\x08maturity\x18\x04 \x01(\x0e\x32\x13.quarry.v1.MaturityR\x08maturity\x12;\n\x0blast_access\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nlastAccess\"u\n\x16SuggestArchiveResponse\x12;\n\ncandidates\x18\x01 \x03(\x0b\x32\x1b.quarry.v1.ArchiveCandidateR\ncandidates\x12\x1e\n\ngeneration\x18\x02 \x01(\x04R\ngeneration*\x96\x01\n\x0b\x46ileOutcome\x12\x1c\n\x18\x46ILE_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46ILE_OUTCOME_INDEXED\x10\x01\x12\x1a\n\x16\x46ILE_OUTCOME_UNCHANGED\x10\x02\x12\x18\n\x14\x46ILE_OUTCOME_REMOVED\x10\x03\x12\x19\n\x15\x46ILE_OUTCOME_REJECTED\x10\x04\x32\x87\x05\n\x10KnowledgeService\x12\x43\n\x08SyncTree\x12\x1a.quarry.v1.SyncTreeRequest\x1a\x1b.quarry.v1.SyncTreeResponse\x12H\n\tSyncFiles\x12\x1b.quarry.v1.SyncFilesRequest\x1a\x1c.quarry.v1.SyncFilesResponse(\x01\x12I\n\nUpsertFile\x12\x1c.quarry.v1.UpsertFileRequest\x1a\x1d.quarry.v1.UpsertFileResponse\x12I\n\nDeleteFile\x12\x1c.quarry.v1.DeleteFileRequest\x1a\x1d.quarry.v1.DeleteFileResponse\x12L\n\x0b\x41rchiveFile\x12\x1d.quarry.v1.ArchiveFileRequest\x1a\x1e.quarry.v1.ArchiveFileResponse\x12L\n\x0bRestoreFile\x12\x1d.quarry.v1.RestoreFileRequest\x1a\x1e.quarry.v1.RestoreFileResponse\x12[\n\x10ReadArchivedFile\x12\".quarry.v1.ReadArchivedFileRequest\x1a#.quarry.v1.ReadArchivedFileResponse\x12U\n\x0eSuggestArchive\x12 .quarry.v1.SuggestArchiveRequest\x1a!.quarry.v1.SuggestArchiveResponseB8Z6github.com/quarry-router/quarry/gen/quarry/v1;quarryv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19quarry/v1/knowledge.proto\x12\tquarry.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15quarry/v1/types.proto\"j\n\nFileResult\x12\x12\n\x04path\x18\x01 \x01(\tR\x04path\x12\x30\n\x07outcome\x18\x02 \x01(\x0e\x32\x16.quarry.v1.FileOutcomeR\x07outcome\x12\x16\n\x06reason\x18\x03 \x01(\tR\x06reason\"\xdd\x01\n\x0cWriteSummary\x12\x1e\n\ngeneration\x18\x01 \x01(\x04R\ngeneration\x12\x18\n\x07\x63hanged\x18\x02 \x01(\x08R\x07\x63hanged\x12%\n\x0e\x64ocument_count\x18\x03 \x01(\x05R\rdocumentCount\x12\x18\n\x07indexed\x18\x04 \x01(\x05R\x07indexed\x12\x1c\n\tunchanged\x18\x05 \x01(\x05R\tunchanged\x12\x18\n\x07removed\x18\x06 \x01(\x05R\x07removed\x12\x1a\n\x08rejected\x18\x07 \x01(\x05R\x08rejected\"s\n\x0fSyncTreeRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x16\n\x06source\x18\x02 \x01(\tR\x06source\x12!\n\x0ckeep_missing\x18\x03 \x01(\x08R\x0bkeepMissing\"\x9b\x01\n\x10SyncTreeResponse\x12\x31\n\x07summary\x18\x01 \x01(\x0b\x32\x17.quarry.v1.WriteSummaryR\x07summary\x12+\n\x05\x66iles\x18\x02 \x03(\x0b\x32\x15.quarry.v1.FileResultR\x05\x66iles\x12\'\n\x0f\x66iles_truncated\x18\x03 \x01(\x08R\x0e\x66ilesTruncated\"[\n\x0fSyncFilesHeader\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12!\n\x0ckeep_missing\x18\x02 \x01(\x08R\x0bkeepMissing\"<\n\x0cUploadedFile\x12\x12\n\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n\x07\x63ontent\x18\x02 \x01(\x0cR\x07\x63ontent\"\x82\x01\n\x10SyncFilesRequest\x12\x34\n\x06header\x18\x01 \x01(\x0b\x32\x1a.quarry.v1.SyncFilesHeaderH\x00R\x06header\x12-\n\x04\x66ile\x18\x02 \x01(\x0b\x32\x17.quarry.v1.UploadedFileH\x00R\x04\x66ileB\t\n\x07message\"\x9c\x01\n\x11SyncFilesResponse\x12\x31\n\x07summary\x18\x01 \x01(\x0b\x32\x17.quarry.v1.WriteSummaryR\x07summary\x12+\n\x05\x66iles\x18\x02 \x03(\x0b\x32\x15.quarry.v1.FileResultR\x05\x66iles\x12\'\n\x0f\x66iles_truncated\x18\x03 \x01(\x08R\x0e\x66ilesTruncated\"h\n\x11UpsertFileRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n\x07\x63ontent\x18\x03 \x01(\x0cR\x07\x63ontent\"r\n\x12UpsertFileResponse\x12\x31\n\x07summary\x18\x01 \x01(\x0b\x32\x17.quarry.v1.WriteSummaryR\x07summary\x12)\n\x04\x66ile\x18\x02 \x01(\x0b\x32\x15.quarry.v1.FileResultR\x04\x66ile\"N\n\x11\x44\x65leteFileRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\"G\n\x12\x44\x65leteFileResponse\x12\x31\n\x07summary\x18\x01 \x01(\x0b\x32\x17.quarry.v1.WriteSummaryR\x07summary\"O\n\x12\x41rchiveFileRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\"\xa7\x01\n\x13\x41rchiveFileResponse\x12\x31\n\x07summary\x18\x01 \x01(\x0b\x32\x17.quarry.v1.WriteSummaryR\x07summary\x12\x1b\n\tstub_path\x18\x02 \x01(\tR\x08stubPath\x12#\n\rarchived_path\x18\x03 \x01(\tR\x0c\x61rchivedPath\x12\x1b\n\tghost_cue\x18\x04 \x01(\tR\x08ghostCue\"O\n\x12RestoreFileRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\"\\\n\x13RestoreFileResponse\x12\x31\n\x07summary\x18\x01 \x01(\x0b\x32\x17.quarry.v1.WriteSummaryR\x07summary\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\"T\n\x17ReadArchivedFileRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\"\x88\x01\n\x18ReadArchivedFileResponse\x12/\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x13.quarry.v1.DocumentR\x08\x64ocument\x12\x1b\n\tstub_path\x18\x02 \x01(\tR\x08stubPath\x12\x1e\n\ngeneration\x18\x03 \x01(\x04R\ngeneration\"\x7f\n\x15SuggestArchiveRequest\x12%\n\x0eknowledge_base\x18\x01 \x01(\tR\rknowledgeBase\x12)\n\x10\x62\x65low_importance\x18\x02 \x01(\x01R\x0f\x62\x65lowImportance\x12\x14\n\x05limit\x18\x03 \x01(\x05R\x05limit\"\xca\x01\n\x10\x41rchiveCandidate\x12\x12\n\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n\x05title\x18\x02 \x01(\tR\x05title\x12\x1e\n\nimportance\x18\x03 \x01(\x01R\nimportance\x12/\n\x08maturity\x18\x04 \x01(\x0e\x32\x13.quarry.v1.MaturityR\x08maturity\x12;\n\x0blast_access\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nlastAccess\"u\n\x16SuggestArchiveResponse\x12;\n\ncandidates\x18\x01 \x03(\x0b\x32\x1b.quarry.v1.ArchiveCandidateR\ncandidates\x12\x1e\n\ngeneration\x18\x02 \x01(\x04R\ngeneration*\x96\x01\n\x0b\x46ileOutcome\x12\x1c\n\x18\x46ILE_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46ILE_OUTCOME_INDEXED\x10\x01\x12\x1a\n\x16\x46ILE_OUTCOME_UNCHANGED\x10\x02\x12\x18\n\x14\x46ILE_OUTCOME_REMOVED\x10\x03\x12\x19\n\x15\x46ILE_OUTCOME_REJECTED\x10\x04\x32\x87\x05\n\x10KnowledgeService\x12\x43\n\x08SyncTree\x12\x1a.quarry.v1.SyncTreeRequest\x1a\x1b.quarry.v1.SyncTreeResponse\x12H\n\tSyncFiles\x12\x1b.quarry.v1.SyncFilesRequest\x1a\x1c.quarry.v1.SyncFilesResponse(\x01\x12I\n\nUpsertFile\x12\x1c.quarry.v1.UpsertFileRequest\x1a\x1d.quarry.v1.UpsertFileResponse\x12I\n\nDeleteFile\x12\x1c.quarry.v1.DeleteFileRequest\x1a\x1d.quarry.v1.DeleteFileResponse\x12L\n\x0b\x41rchiveFile\x12\x1d.quarry.v1.ArchiveFileRequest\x1a\x1e.quarry.v1.ArchiveFileResponse\x12L\n\x0bRestoreFile\x12\x1d.quarry.v1.RestoreFileRequest\x1a\x1e.quarry.v1.RestoreFileResponse\x12[\n\x10ReadArchivedFile\x12\".quarry.v1.ReadArchivedFileRequest\x1a#.quarry.v1.ReadArchivedFileResponse\x12U\n\x0eSuggestArchive\x12 .quarry.v1.SuggestArchiveRequest\x1a!.quarry.v1.SuggestArchiveResponseB8Z6github.com/quarry-router/quarry/gen/quarry/v1;quarryv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'quarry.v1.knowledge_pb2', globals())
@@ -23,50 +23,50 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z6github.com/quarry-router/quarry/gen/quarry/v1;quarryv1'
-  _FILEOUTCOME._serialized_start=2546
-  _FILEOUTCOME._serialized_end=2696
+  _FILEOUTCOME._serialized_start=2630
+  _FILEOUTCOME._serialized_end=2780
   _FILERESULT._serialized_start=96
   _FILERESULT._serialized_end=202
   _WRITESUMMARY._serialized_start=205
   _WRITESUMMARY._serialized_end=426
   _SYNCTREEREQUEST._serialized_start=428
   _SYNCTREEREQUEST._serialized_end=543
-  _SYNCTREERESPONSE._serialized_start=545
-  _SYNCTREERESPONSE._serialized_end=659
-  _SYNCFILESHEADER._serialized_start=661
-  _SYNCFILESHEADER._serialized_end=752
-  _UPLOADEDFILE._serialized_start=754
-  _UPLOADEDFILE._serialized_end=814
-  _SYNCFILESREQUEST._serialized_start=817
-  _SYNCFILESREQUEST._serialized_end=947
-  _SYNCFILESRESPONSE._serialized_start=949
-  _SYNCFILESRESPONSE._serialized_end=1064
-  _UPSERTFILEREQUEST._serialized_start=1066
-  _UPSERTFILEREQUEST._serialized_end=1170
-  _UPSERTFILERESPONSE._serialized_start=1172
-  _UPSERTFILERESPONSE._serialized_end=1286
-  _DELETEFILEREQUEST._serialized_start=1288
-  _DELETEFILEREQUEST._serialized_end=1366
-  _DELETEFILERESPONSE._serialized_start=1368
-  _DELETEFILERESPONSE._serialized_end=1439
-  _ARCHIVEFILEREQUEST._serialized_start=1441
-  _ARCHIVEFILEREQUEST._serialized_end=1520
-  _ARCHIVEFILERESPONSE._serialized_start=1523
-  _ARCHIVEFILERESPONSE._serialized_end=1690
-  _RESTOREFILEREQUEST._serialized_start=1692
-  _RESTOREFILEREQUEST._serialized_end=1771
-  _RESTOREFILERESPONSE._serialized_start=1773
-  _RESTOREFILERESPONSE._serialized_end=1865
-  _READARCHIVEDFILEREQUEST._serialized_start=1867
-  _READARCHIVEDFILEREQUEST._serialized_end=1951
-  _READARCHIVEDFILERESPONSE._serialized_start=1954
-  _READARCHIVEDFILERESPONSE._serialized_end=2090
-  _SUGGESTARCHIVEREQUEST._serialized_start=2092
-  _SUGGESTARCHIVEREQUEST._serialized_end=2219
-  _ARCHIVECANDIDATE._serialized_start=2222
-  _ARCHIVECANDIDATE._serialized_end=2424
-  _SUGGESTARCHIVERESPONSE._serialized_start=2426
-  _SUGGESTARCHIVERESPONSE._serialized_end=2543
-  _KNOWLEDGESERVICE._serialized_start=2699
-  _KNOWLEDGESERVICE._serialized_end=3346
+  _SYNCTREERESPONSE._serialized_start=546
+  _SYNCTREERESPONSE._serialized_end=701
+  _SYNCFILESHEADER._serialized_start=703
+  _SYNCFILESHEADER._serialized_end=794
+  _UPLOADEDFILE._serialized_start=796
+  _UPLOADEDFILE._serialized_end=856
+  _SYNCFILESREQUEST._serialized_start=859
+  _SYNCFILESREQUEST._serialized_end=989
+  _SYNCFILESRESPONSE._serialized_start=992
+  _SYNCFILESRESPONSE._serialized_end=1148
+  _UPSERTFILEREQUEST._serialized_start=1150
+  _UPSERTFILEREQUEST._serialized_end=1254
+  _UPSERTFILERESPONSE._serialized_start=1256
+  _UPSERTFILERESPONSE._serialized_end=1370
+  _DELETEFILEREQUEST._serialized_start=1372
+  _DELETEFILEREQUEST._serialized_end=1450
+  _DELETEFILERESPONSE._serialized_start=1452
+  _DELETEFILERESPONSE._serialized_end=1523
+  _ARCHIVEFILEREQUEST._serialized_start=1525
+  _ARCHIVEFILEREQUEST._serialized_end=1604
+  _ARCHIVEFILERESPONSE._serialized_start=1607
+  _ARCHIVEFILERESPONSE._serialized_end=1774
+  _RESTOREFILEREQUEST._serialized_start=1776
+  _RESTOREFILEREQUEST._serialized_end=1855
+  _RESTOREFILERESPONSE._serialized_start=1857
+  _RESTOREFILERESPONSE._serialized_end=1949
+  _READARCHIVEDFILEREQUEST._serialized_start=1951
+  _READARCHIVEDFILEREQUEST._serialized_end=2035
+  _READARCHIVEDFILERESPONSE._serialized_start=2038
+  _READARCHIVEDFILERESPONSE._serialized_end=2174
+  _SUGGESTARCHIVEREQUEST._serialized_start=2176
+  _SUGGESTARCHIVEREQUEST._serialized_end=2303
+  _ARCHIVECANDIDATE._serialized_start=2306
+  _ARCHIVECANDIDATE._serialized_end=2508
+  _SUGGESTARCHIVERESPONSE._serialized_start=2510
+  _SUGGESTARCHIVERESPONSE._serialized_end=2627
+  _KNOWLEDGESERVICE._serialized_start=2783
+  _KNOWLEDGESERVICE._serialized_end=3430
 # @@protoc_insertion_point(module_scope)

@@ -140,12 +140,14 @@ class SyncFilesRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[SyncFilesHeader, _Mapping]] = ..., file: _Optional[_Union[UploadedFile, _Mapping]] = ...) -> None: ...
 
 class SyncFilesResponse(_message.Message):
-    __slots__ = ["files", "summary"]
+    __slots__ = ["files", "files_truncated", "summary"]
     FILES_FIELD_NUMBER: _ClassVar[int]
+    FILES_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     files: _containers.RepeatedCompositeFieldContainer[FileResult]
+    files_truncated: bool
     summary: WriteSummary
-    def __init__(self, summary: _Optional[_Union[WriteSummary, _Mapping]] = ..., files: _Optional[_Iterable[_Union[FileResult, _Mapping]]] = ...) -> None: ...
+    def __init__(self, summary: _Optional[_Union[WriteSummary, _Mapping]] = ..., files: _Optional[_Iterable[_Union[FileResult, _Mapping]]] = ..., files_truncated: bool = ...) -> None: ...
 
 class SyncTreeRequest(_message.Message):
     __slots__ = ["keep_missing", "knowledge_base", "source"]
@@ -158,12 +160,14 @@ class SyncTreeRequest(_message.Message):
     def __init__(self, knowledge_base: _Optional[str] = ..., source: _Optional[str] = ..., keep_missing: bool = ...) -> None: ...
 
 class SyncTreeResponse(_message.Message):
-    __slots__ = ["files", "summary"]
+    __slots__ = ["files", "files_truncated", "summary"]
     FILES_FIELD_NUMBER: _ClassVar[int]
+    FILES_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     files: _containers.RepeatedCompositeFieldContainer[FileResult]
+    files_truncated: bool
     summary: WriteSummary
-    def __init__(self, summary: _Optional[_Union[WriteSummary, _Mapping]] = ..., files: _Optional[_Iterable[_Union[FileResult, _Mapping]]] = ...) -> None: ...
+    def __init__(self, summary: _Optional[_Union[WriteSummary, _Mapping]] = ..., files: _Optional[_Iterable[_Union[FileResult, _Mapping]]] = ..., files_truncated: bool = ...) -> None: ...
 
 class UploadedFile(_message.Message):
     __slots__ = ["content", "path"]
