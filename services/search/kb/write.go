@@ -546,6 +546,20 @@ func (r *Registry) ArchiveFile(ctx context.Context, id, path string) (*ArchiveRe
 	return out, nil
 }
 
+// Writable reports what a write to the knowledge base id would be refused for before any
+// of its files is read: an invalid id, or an unknown knowledge base that no write may
+// create (no folder for new ones). A sync's stream is checked with it at its header,
+// not after the whole upload has been received and held.
+func (r *Registry) Writable(id string) error {
+	if !ValidID(id) {
+		return fmt.Errorf("%w: %q", ErrInvalidID, id)
+	}
+	if _, err := r.Get(id); err != nil && r.cfg.Write.NewRoot == "" {
+		return err
+	}
+	return nil
+}
+
 // RestoreFile brings an archived file back to its folder, given its original path or the
 // path of its ghost cue, and removes the cue. It is a curation update.
 func (r *Registry) RestoreFile(ctx context.Context, id, path string) (*WriteResult, error) {

@@ -75,6 +75,9 @@ func (s *Knowledge) SyncFiles(stream grpc.ClientStreamingServer[quarryv1.SyncFil
 	if h == nil {
 		return status.Error(codes.InvalidArgument, "the first message must be the header")
 	}
+	if err := s.reg.Writable(h.GetKnowledgeBase()); err != nil {
+		return toStatus(ctx, s.log, err)
+	}
 	var files []kb.Upload
 	total := 0
 	for {

@@ -167,3 +167,44 @@ func TestDeleteFileRemovesAFileTheLoaderRefused(t *testing.T) {
 		t.Errorf("a second DeleteFile = %v, want NOT_FOUND", err)
 	}
 }
+
+// A SyncFiles stream to a knowledge base no write may reach (a malformed id; an unknown
+// one, with no folder for new ones) ends at its header, with the status: the upload
+// behind it (up to the stream's bound) is not received and held first.
+func TestSyncFilesRefusesAtTheHeader(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		id   string
+		edit func(*kb.Config, *writeFixture)
+		want codes.Code
+	}{
+		{"a malformed id", "Not An ID", nil, codes.InvalidArgument},
+		{"an unknown knowledge base", "nowhere", func(c *kb.Config, _ *writeFixture) { c.Write.NewRoot = "" }, codes.NotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := startWrite(t, tc.edit)
+			stream, err := f.know.SyncFiles(callCtx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := stream.Send(&quarryv1.SyncFilesRequest{Message: &quarryv1.SyncFilesRequest_Header{Header: &quarryv1.SyncFilesHeader{KnowledgeBase: tc.id}}}); err != nil {
+				t.Fatal(err)
+			}
+			// The server ends the stream; the client's sends then fail with io.EOF.
+			body := strings.Repeat("x", 64<<10)
+			sent := 0
+			for ; sent < 16<<10; sent++ { // up to 1 GiB, the stream's bound
+				if err := stream.Send(&quarryv1.SyncFilesRequest{Message: &quarryv1.SyncFilesRequest_File{File: &quarryv1.UploadedFile{Path: fmt.Sprintf("f%d.md", sent), Content: []byte(body)}}}); err != nil {
+					break
+				}
+			}
+			_, err = stream.CloseAndRecv()
+			if status.Code(err) != tc.want {
+				t.Fatalf("SyncFiles = %v, want %v", err, tc.want)
+			}
+			if sent == 16<<10 {
+				t.Errorf("the server read all %d files before refusing the header", sent)
+			}
+		})
+	}
+}
