@@ -161,6 +161,9 @@ func (r *Registry) watchLoop(ctx context.Context, fw *folderWatcher) {
 				return
 			}
 			r.log.Warn("folder watcher", "err", err)
+			if errors.Is(err, fsnotify.ErrEventOverflow) {
+				fw.overflowed(r)
+			}
 		case ev, ok := <-w.Events:
 			if !ok {
 				return
@@ -208,6 +211,31 @@ func (r *Registry) watchLoop(ctx context.Context, fw *folderWatcher) {
 	}
 }
 
+// overflowed follows the kernel's event queue overflowing (a burst of edits past its
+// 16,384 events): the events dropped may have created folders, which nothing watches
+// then, and edits nothing will report. Every knowledge base's folder is walked again
+// (watching what it lacks) and read whole once, as when its watch began.
+func (fw *folderWatcher) overflowed(r *Registry) {
+	fw.mu.Lock()
+	roots := maps.Clone(fw.roots)
+	fw.mu.Unlock()
+	for abs, id := range roots {
+		fw.walk(abs, id, r)
+		fw.requestCatchUp(id)
+	}
+}
+
+// requestCatchUp asks the loop to read the folder of id whole once (catchUp).
+func (fw *folderWatcher) requestCatchUp(id string) {
+	fw.mu.Lock()
+	fw.catchUp[id] = true
+	fw.mu.Unlock()
+	select {
+	case fw.caught <- struct{}{}:
+	default: // already signalled
+	}
+}
+
 // add watches a knowledge base's folder and its subfolders.
 func (fw *folderWatcher) add(id, root string, r *Registry) {
 	abs, err := filepath.Abs(root)
@@ -228,13 +256,7 @@ func (fw *folderWatcher) add(id, root string, r *Registry) {
 		}
 	}
 	fw.walk(abs, id, r)
-	fw.mu.Lock()
-	fw.catchUp[id] = true
-	fw.mu.Unlock()
-	select {
-	case fw.caught <- struct{}{}:
-	default: // already signalled
-	}
+	fw.requestCatchUp(id)
 }
 
 // walk watches dir and the folders below it, links and hidden folders excluded, as the

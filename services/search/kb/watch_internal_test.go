@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/fsnotify/fsnotify"
 )
@@ -107,5 +109,65 @@ func TestUnwatchDropsAFoldersWatchesOnly(t *testing.T) {
 	}
 	if fw.watched[filepath.Join(root, "a", "b")] {
 		t.Error("a/b is still counted as watched")
+	}
+}
+
+// After the kernel's event queue overflowed, what the lost events reported (a folder
+// created, so never watched; files written in it) is found: every folder is walked
+// again and read whole once.
+func TestAnOverflowedWatcherCatchesUp(t *testing.T) {
+	root, _, reg := oneFileKB(t, "# A\n\nThe old text.\n")
+	if err := os.Mkdir(filepath.Join(root, "ops"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := reg.Load(ctx, "docs", root); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	wait, err := reg.WatchFolders(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); wait() }()
+	time.Sleep(1500 * time.Millisecond) // past the read of the folder a watch begins with (maxWatchDelay)
+	reg.loadMu.Lock()
+	fw := reg.watcher
+	reg.loadMu.Unlock()
+	// As if the events of ops' creation had been lost: no watch on it.
+	ops := filepath.Join(root, "ops")
+	if err := fw.w.Remove(ops); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ops, "pager.md"), []byte("# Pager\n\nThe pager rotates weekly.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	indexed := func(path, word string) bool {
+		k, err := reg.Get("docs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := k.Tree.ByPath[path]
+		return d != nil && strings.Contains(d.Content, word)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if indexed("ops/pager.md", "weekly") {
+		t.Fatal("the file was indexed without an event; the test shows nothing")
+	}
+	fw.overflowed(reg)
+	waitUntil(t, func() bool { return indexed("ops/pager.md", "weekly") }, "the file written while events were lost")
+	// And ops is watched again: an edit in it is seen by its event.
+	if err := os.WriteFile(filepath.Join(ops, "pager.md"), []byte("# Pager\n\nThe pager follows the sun.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return indexed("ops/pager.md", "sun") }, "an edit in the folder watched again")
+}
+
+func waitUntil(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
 	}
 }
