@@ -94,6 +94,14 @@ func newFolderWatcher(w *fsnotify.Watcher) *folderWatcher {
 func (r *Registry) watchLoop(ctx context.Context, fw *folderWatcher) {
 	w := fw.w
 	pending := map[string]map[string]bool{} // id → relative paths
+	queue := func(id string, paths ...string) {
+		if pending[id] == nil {
+			pending[id] = map[string]bool{}
+		}
+		for _, p := range paths {
+			pending[id][p] = true
+		}
+	}
 	var quiet <-chan time.Time
 	var first time.Time
 	// swapCheck is set by an event in a folder holding a root: the next flush looks for
@@ -116,12 +124,7 @@ func (r *Registry) watchLoop(ctx context.Context, fw *folderWatcher) {
 				// Everything the new folder holds and everything indexed from the old
 				// one, by their top-level names: applyEdits reads each folder whole and
 				// drops what is gone.
-				if pending[id] == nil {
-					pending[id] = map[string]bool{}
-				}
-				for _, p := range paths {
-					pending[id][p] = true
-				}
+				queue(id, paths...)
 			}
 		}
 		retry := false
@@ -184,10 +187,7 @@ func (r *Registry) watchLoop(ctx context.Context, fw *folderWatcher) {
 					fw.walk(ev.Name, id, r)
 				}
 			}
-			if pending[id] == nil {
-				pending[id] = map[string]bool{}
-			}
-			pending[id][rel] = true
+			queue(id, rel)
 			arm()
 		case <-fw.caught:
 			fw.mu.Lock()
@@ -196,12 +196,7 @@ func (r *Registry) watchLoop(ctx context.Context, fw *folderWatcher) {
 			fw.mu.Unlock()
 			for id := range ids {
 				if k, err := r.Get(id); err == nil {
-					if pending[id] == nil {
-						pending[id] = map[string]bool{}
-					}
-					for _, p := range topLevel(k, k.Tree.Root) {
-						pending[id][p] = true
-					}
+					queue(id, topLevel(k, k.Tree.Root)...)
 				}
 			}
 			arm()
