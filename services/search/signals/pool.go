@@ -355,10 +355,10 @@ func (s *Store) keepPending(b Batch) {
 	defer s.flushMu.Unlock()
 	at := s.latestAt()
 	s.apply(b, at)
-	// Reading the pool forgets what was seen over a day ago (forgetSeen); while it is
-	// away nothing would, and each edit applied here would be remembered, and saved in
-	// signals.json at every flush, until it is back. Batch ids are kept: the pending
-	// batches' are refreshed when they are published.
+	// Reading the pool forgets what was seen more than seenFor ago (forgetSeen); while
+	// it is away nothing would, and each edit applied here would be remembered, and
+	// saved in signals.json at every flush, until it is back. Batch ids are kept: the
+	// pending batches' are refreshed when they are published.
 	s.forgetEdits(at)
 	s.pool.pending = append(s.pool.pending, PendingBatch{Batch: b})
 	paths := 0
@@ -631,23 +631,23 @@ const seenFor = 10 * time.Minute
 
 // forgetSeen drops what was applied more than seenFor before the minute of at, once
 // per minute of pool time. Called under flushMu.
-// forgetEdits forgets the edits seen more than seenFor before at.
-func (s *Store) forgetEdits(at time.Time) {
-	for k, t := range s.seen {
-		if strings.HasPrefix(k, "e:") && at.Sub(t) > seenFor {
-			delete(s.seen, k)
-		}
-	}
-}
-
 func (s *Store) forgetSeen(at time.Time) {
 	minute := at.Truncate(time.Minute)
 	if !minute.After(s.forgotAt) {
 		return
 	}
 	s.forgotAt = minute
+	s.forget(minute, "")
+}
+
+// forgetEdits drops the edits applied more than seenFor before at. Called under flushMu.
+func (s *Store) forgetEdits(at time.Time) { s.forget(at, "e:") }
+
+// forget drops the keys of seen that start with prefix and were applied more than
+// seenFor before at.
+func (s *Store) forget(at time.Time, prefix string) {
 	for k, t := range s.seen {
-		if minute.Sub(t) > seenFor {
+		if strings.HasPrefix(k, prefix) && at.Sub(t) > seenFor {
 			delete(s.seen, k)
 		}
 	}
