@@ -30,18 +30,18 @@ func (r *Redis) TryLease(ctx context.Context, name string, ttl time.Duration) (h
 		held, err = r.c.SetNX(ctx, key, token, ttl).Result()
 		return err
 	})
-	if err != nil && sent {
-		// Redis may have taken the lease and the reply missed the deadline: drop it if
-		// it is this token's, on a longer one, or the others would wait out its ttl.
-		// (Not when the breaker kept the call from Redis: nothing was taken, and each
-		// LLM question would knock on a Redis known to be down.)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_ = releaseScript.Run(ctx, r.c, []string{key}, token).Err()
-		}()
-	}
 	if err != nil {
+		if sent {
+			// Redis may have taken the lease and the reply missed the deadline: drop it
+			// if it is this token's, on a longer one, or the others would wait out its
+			// ttl. (Not when the breaker kept the call from Redis: nothing was taken,
+			// and each LLM question would knock on a Redis known to be down.)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				_ = releaseScript.Run(ctx, r.c, []string{key}, token).Err()
+			}()
+		}
 		return false, nil, err
 	}
 	if !held {
