@@ -49,36 +49,47 @@ func (searchStub) Resolve(_ context.Context, req *quarryv1.ResolveRequest) (*qua
 		Sources: []*quarryv1.Source{{Path: "a.md"}}}, nil
 }
 
-func startSearch(t *testing.T) string {
+func startSearch(t *testing.T) string { return serveSearch(t, searchStub{}) }
+
+// serveSearch serves impl as the search service until the test ends and returns its
+// address.
+func serveSearch(t *testing.T, impl quarryv1.SearchServiceServer) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	quarryv1.RegisterSearchServiceServer(srv, searchStub{})
+	quarryv1.RegisterSearchServiceServer(srv, impl)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return lis.Addr().String()
 }
 
-func TestRunServesUntilCancelled(t *testing.T) {
-	t.Setenv("QUARRY_GATEWAY_MAX_QUERY_BYTES", "64")
+// runGateway runs a gateway with args until ctx ends, waits until it is ready, and
+// returns its address and what Run returns.
+func runGateway(t *testing.T, ctx context.Context, args ...string) (net.Addr, <-chan error) {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctx, cancel := context.WithCancel(context.Background())
 	addrs := make(chan net.Addr, 1)
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, []string{"-listen", "127.0.0.1:0", "-search-addr", startSearch(t)}, log, func(a net.Addr) { addrs <- a })
-	}()
-	var addr net.Addr
+	go func() { done <- Run(ctx, args, log, func(a net.Addr) { addrs <- a }) }()
 	select {
-	case addr = <-addrs:
+	case addr := <-addrs:
+		return addr, done
 	case err := <-done:
 		t.Fatalf("Run returned before it was ready: %v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("gateway not ready")
 	}
+	return nil, nil
+}
+
+func TestRunServesUntilCancelled(t *testing.T) {
+	t.Setenv("QUARRY_GATEWAY_MAX_QUERY_BYTES", "64")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, done := runGateway(t, ctx, "-listen", "127.0.0.1:0", "-search-addr", startSearch(t))
 
 	conn, err := grpcx.Dial(addr.String())
 	if err != nil {
@@ -124,21 +135,9 @@ func TestRunServesUntilCancelled(t *testing.T) {
 // startGateway runs a gateway with args until the test ends and returns a client.
 func startGateway(t *testing.T, args ...string) quarryv1.QueryServiceClient {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, args, log, func(a net.Addr) { addrs <- a }) }()
-	var addr net.Addr
-	select {
-	case addr = <-addrs:
-	case err := <-done:
-		cancel()
-		t.Fatalf("Run returned before it was ready: %v", err)
-	case <-time.After(10 * time.Second):
-		cancel()
-		t.Fatal("gateway not ready")
-	}
+	t.Cleanup(cancel) // also when the start fails
+	addr, done := runGateway(t, ctx, args...)
 	conn, err := grpcx.Dial(addr.String())
 	if err != nil {
 		t.Fatal(err)
@@ -359,31 +358,9 @@ func (s *bumpingSearch) Resolve(context.Context, *quarryv1.ResolveRequest) (*qua
 func TestADrainingGatewayFollowsGenerations(t *testing.T) {
 	search := &bumpingSearch{bump: make(chan struct{})}
 	search.gen.Store(5)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ss := grpc.NewServer()
-	quarryv1.RegisterSearchServiceServer(ss, search)
-	go func() { _ = ss.Serve(lis) }()
-	t.Cleanup(ss.Stop)
-
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addrs := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, []string{"-listen", "127.0.0.1:0", "-search-addr", lis.Addr().String(), "-drain-grace", "3s"}, log, func(a net.Addr) { addrs <- a })
-	}()
-	var addr net.Addr
-	select {
-	case addr = <-addrs:
-	case err := <-done:
-		t.Fatalf("Run returned before it was ready: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("gateway not ready")
-	}
+	addr, done := runGateway(t, ctx, "-listen", "127.0.0.1:0", "-search-addr", serveSearch(t, search), "-drain-grace", "3s")
 	conn, err := grpcx.Dial(addr.String())
 	if err != nil {
 		t.Fatal(err)

@@ -21,25 +21,7 @@ import (
 func TestEditsAndSwapsOfAKnowledgeBaseServedThroughALink(t *testing.T) {
 	for _, tc := range followers {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := defaultConfig(t)
-			cfg.Write.WatchDebounce = 20 * time.Millisecond
-			reg := newRegistry(t, cfg)
-			base := t.TempDir()
-			v1 := writeTree(t, map[string]string{
-				"ops/pager.md":   "# Pager\n\nThe pager rotates weekly.\n",
-				"ops/backups.md": "# Backups\n\nNightly backups go to object storage.\n",
-				"bad.md":         "---\nimportance: 500\n---\n# Bad\n", // refused, and counted
-			})
-			v2 := writeTree(t, map[string]string{
-				"ops/pager.md":         "# Pager\n\nThe pager follows the sun.\n",
-				"data/kafka/lag.md":    "# Lag\n\nConsumer lag alerts.\n",
-				"data/kafka/_index.md": "# Kafka\n",
-			})
-			link := filepath.Join(base, "current")
-			if err := os.Symlink(v1, link); err != nil {
-				t.Fatal(err)
-			}
-			load(t, reg, "team", link)
+			reg, link, v1, v2 := linkedKB(t)
 			tc.start(t, reg)
 			ch, stop := reg.Watch()
 			defer stop()
@@ -50,14 +32,7 @@ func TestEditsAndSwapsOfAKnowledgeBaseServedThroughALink(t *testing.T) {
 			waitFor(t, reg, ch, func(k *kb.KB) bool { _, ok := k.Tree.ByPath["ops/walrus.md"]; return ok },
 				"an edit in the linked folder")
 
-			// The link swapped for one to another folder, atomically, as git-sync does.
-			tmp := filepath.Join(base, "current.tmp")
-			if err := os.Symlink(v2, tmp); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Rename(tmp, link); err != nil {
-				t.Fatal(err)
-			}
+			swapLink(t, link, v2)
 			fresh := load(t, newRegistry(t, defaultConfig(t)), "team", link)
 			waitFor(t, reg, ch, func(k *kb.KB) bool { return docPaths(k) == docPaths(fresh) },
 				"the swapped folder ("+docPaths(fresh)+")")
@@ -93,23 +68,17 @@ func TestEditsAndSwapsOfAKnowledgeBaseServedThroughALink(t *testing.T) {
 func TestChangesMadeWhileTheServiceStartsAreApplied(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		change func(t *testing.T, base, link, v1, v2 string)
+		change func(t *testing.T, link, v1, v2 string)
 		want   func(k *kb.KB) bool
 	}{
-		{"an edit in the folder", func(t *testing.T, _, _, v1, _ string) {
+		{"an edit in the folder", func(t *testing.T, _, v1, _ string) {
 			writeFile(t, v1, "ops/pager.md", "# Pager\n\nThe pager follows the moon.\n")
 		}, func(k *kb.KB) bool {
 			d := k.Tree.ByPath["ops/pager.md"]
 			return d != nil && strings.Contains(d.Content, "moon")
 		}},
-		{"the link swapped", func(t *testing.T, base, link, _, v2 string) {
-			tmp := filepath.Join(base, "current.tmp")
-			if err := os.Symlink(v2, tmp); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Rename(tmp, link); err != nil {
-				t.Fatal(err)
-			}
+		{"the link swapped", func(t *testing.T, link, _, v2 string) {
+			swapLink(t, link, v2)
 		}, func(k *kb.KB) bool {
 			_, lag := k.Tree.ByPath["data/kafka/lag.md"]
 			_, backups := k.Tree.ByPath["ops/backups.md"]
@@ -117,30 +86,51 @@ func TestChangesMadeWhileTheServiceStartsAreApplied(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := defaultConfig(t)
-			cfg.Write.WatchDebounce = 20 * time.Millisecond
-			reg := newRegistry(t, cfg)
-			base := t.TempDir()
-			v1 := writeTree(t, map[string]string{
-				"ops/pager.md":   "# Pager\n\nThe pager rotates weekly.\n",
-				"ops/backups.md": "# Backups\n\nNightly backups go to object storage.\n",
-			})
-			v2 := writeTree(t, map[string]string{
-				"ops/pager.md":      "# Pager\n\nThe pager follows the sun.\n",
-				"data/kafka/lag.md": "# Lag\n\nConsumer lag alerts.\n",
-			})
-			link := filepath.Join(base, "current")
-			if err := os.Symlink(v1, link); err != nil {
-				t.Fatal(err)
-			}
-			load(t, reg, "team", link)
+			reg, link, v1, v2 := linkedKB(t)
 			ch, stop := reg.Watch()
 			defer stop()
 			recv(t, ch)
-			tc.change(t, base, link, v1, v2)
+			tc.change(t, link, v1, v2)
 			watch(t, reg)
 			poll(t, reg, time.Minute)
 			waitFor(t, reg, ch, tc.want, "the change made before the watch began")
 		})
+	}
+}
+
+// linkedKB loads the knowledge base "team" through a link, current, to the folder v1,
+// as git-sync publishes a checkout; v2 is the next checkout.
+func linkedKB(t *testing.T) (reg *kb.Registry, link, v1, v2 string) {
+	t.Helper()
+	cfg := defaultConfig(t)
+	cfg.Write.WatchDebounce = 20 * time.Millisecond
+	reg = newRegistry(t, cfg)
+	v1 = writeTree(t, map[string]string{
+		"ops/pager.md":   "# Pager\n\nThe pager rotates weekly.\n",
+		"ops/backups.md": "# Backups\n\nNightly backups go to object storage.\n",
+		"bad.md":         "---\nimportance: 500\n---\n# Bad\n", // refused, and counted
+	})
+	v2 = writeTree(t, map[string]string{
+		"ops/pager.md":         "# Pager\n\nThe pager follows the sun.\n",
+		"data/kafka/lag.md":    "# Lag\n\nConsumer lag alerts.\n",
+		"data/kafka/_index.md": "# Kafka\n",
+	})
+	link = filepath.Join(t.TempDir(), "current")
+	if err := os.Symlink(v1, link); err != nil {
+		t.Fatal(err)
+	}
+	load(t, reg, "team", link)
+	return reg, link, v1, v2
+}
+
+// swapLink points link at target atomically, as git-sync does: a new link renamed over it.
+func swapLink(t *testing.T, link, target string) {
+	t.Helper()
+	tmp := link + ".tmp"
+	if err := os.Symlink(target, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,7 +1,6 @@
 package kb_test
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -83,13 +82,7 @@ func TestAVolumesDataLinkNeverLeadsOutOfItsFolder(t *testing.T) {
 			recv(t, ch)
 
 			// "..data" is re-pointed out of the folder (the same rename the kubelet does).
-			tmp := filepath.Join(vol.Dir, "..data_tmp")
-			if err := os.Symlink(outside, tmp); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Rename(tmp, filepath.Join(vol.Dir, "..data")); err != nil {
-				t.Fatal(err)
-			}
+			swapLink(t, filepath.Join(vol.Dir, "..data"), outside)
 			deadline := time.After(time.Second) // many rescans and debounces
 			for {
 				if k, _ := reg.Get("team"); strings.Contains(docPaths(k), "secret.md") {

@@ -142,14 +142,7 @@ func TestAHalfWrittenPersistedIndexIsRebuilt(t *testing.T) {
 				}
 			}
 			reg.Close()
-
-			next := NewRegistry(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-			t.Cleanup(next.Close)
-			k, err = next.Load(ctx, "docs", root)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if zorblatt(k) {
+			if zorblatt(nextStart(t, cfg, root)) {
 				t.Error("the next start finds the failed write")
 			}
 		})
@@ -186,13 +179,20 @@ func TestAnIndexAWriteFailedOnIsNotKept(t *testing.T) {
 		t.Fatalf("write through a failing engine = %v, want ErrEngine", err)
 	}
 	reg.Close()
+	if ix, ok := nextStart(t, cfg, root).Engine.(*bleve.Index); !ok || ix.Reused() {
+		t.Error("the next start reopened the index a write failed on")
+	}
+}
+
+// nextStart loads the knowledge base "docs" from root as the next start of the service
+// does, with cfg (its -data-dir among it), and closes it when the test ends.
+func nextStart(t *testing.T, cfg Config, root string) *KB {
+	t.Helper()
 	next := NewRegistry(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(next.Close)
-	k, err = next.Load(ctx, "docs", root)
+	k, err := next.Load(context.Background(), "docs", root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ix, ok := k.Engine.(*bleve.Index); !ok || ix.Reused() {
-		t.Error("the next start reopened the index a write failed on")
-	}
+	return k
 }
