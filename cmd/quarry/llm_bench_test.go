@@ -42,7 +42,10 @@ func (noStore) Put(context.Context, *cache.Entry) error { return nil }
 // request arrived, and the answer's way back. It reports two figures per call:
 //
 //   - end to end minus llmDelay, the SPEC's definition, which also charges Quarry with
-//     the scripted server's timer lateness and its JSON decoding;
+//     the HTTP call any client of the model makes, and the scripted server's writing
+//     of its chunks (its reading of the request counts against the delay, which ends
+//     on time: llmtest spins its last 2 ms, where a timer alone woke up to a
+//     millisecond late, later the longer the request took to read);
 //   - end to end minus the time the server spent on the request (arrival to last byte),
 //     i.e. everything outside the model.
 //
