@@ -123,6 +123,34 @@ type query struct {
 	oodWords, oodTerms []string
 	// literals are the words the question quotes as data (lexicon.Literals).
 	literals map[string]bool
+	// near is the knowledge base's rank.Corpus.Near, remembered for this question.
+	near func(stem string) bool
+}
+
+// nearMemo remembers rank.Corpus.Near's answers for one question. Its searches (all
+// terms, then any term, then each entity term, in parallel) ask about the same words the
+// KB lacks, and each answer tries up to some 1,700 edits: of a question of 128 made-up
+// words, half the CPU (BenchmarkResolveHostile).
+type nearMemo struct {
+	near func(stem string) bool
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (m *nearMemo) Near(stem string) bool {
+	m.mu.Lock()
+	near, ok := m.seen[stem]
+	m.mu.Unlock()
+	if ok {
+		return near
+	}
+	// Asked outside the lock, so parallel entity searches do not wait on each other;
+	// two asking at once both compute the same answer.
+	near = m.near(stem)
+	m.mu.Lock()
+	m.seen[stem] = near
+	m.mu.Unlock()
+	return near
 }
 
 // MaxQueryWords bounds the words of a query that are read, once its opener and closer
@@ -196,7 +224,8 @@ func (r *Resolver) parse(k *kb.KB, q, scope string, selfScope bool) (query, erro
 		return out
 	}
 	return query{scope: scope, words: words, terms: terms, stems: text.Stems(evidence), names: names,
-		oodWords: fix(words), oodTerms: fix(terms), literals: literals}, nil
+		oodWords: fix(words), oodTerms: fix(terms), literals: literals,
+		near: (&nearMemo{near: k.Corpus.Near, seen: map[string]bool{}}).Near}, nil
 }
 
 // maxTypoTerms bounds the words of one question that typo correction tries. Each try
@@ -274,7 +303,7 @@ func (r *Resolver) Resolve(ctx context.Context, kbID, q string) (*Result, error)
 	if r.cfg.Gate.NeedEntitySearch(len(cands)) {
 		ents := r.cfg.Gate.EntityTerms(pq.words)
 		res.Trace.EntityTerms = ents
-		more, err := r.entitySearch(ctx, k, pq.scope, ents, topScore(cands))
+		more, err := r.entitySearch(ctx, k, pq, ents, topScore(cands))
 		if err != nil {
 			return nil, err
 		}
@@ -370,7 +399,7 @@ func (r *Resolver) Search(ctx context.Context, kbID, q, scope string, limit int)
 		return nil, nil, err
 	}
 	if r.cfg.Gate.NeedEntitySearch(len(cands)) {
-		more, err := r.entitySearch(ctx, k, pq.scope, r.cfg.Gate.EntityTerms(pq.words), topScore(cands))
+		more, err := r.entitySearch(ctx, k, pq, r.cfg.Gate.EntityTerms(pq.words), topScore(cands))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -390,7 +419,7 @@ func (r *Resolver) search(ctx context.Context, k *kb.KB, pq query) ([]rank.Candi
 	if len(pq.terms) == 0 {
 		return nil, false, nil
 	}
-	eq := engine.Query{Terms: pq.terms, Scope: pq.scope, AllTerms: true, Limit: r.cfg.SearchLimit, Passage: passageWords, Near: k.Corpus.Near}
+	eq := engine.Query{Terms: pq.terms, Scope: pq.scope, AllTerms: true, Limit: r.cfg.SearchLimit, Passage: passageWords, Near: pq.near}
 	hits, err := engine.Search(ctx, k.Engine, eq)
 	if err != nil {
 		return nil, false, fmt.Errorf("search %s: %w", k.ID, err)
@@ -430,10 +459,10 @@ func (r *Resolver) excerpt(rr rank.Result, terms []string) string {
 // to put its best hit level with the main search's best (mainTop; unchanged when the main
 // search found nothing). Coverage then tells the document matching every word from the
 // ones an entity search found for one word.
-func (r *Resolver) entitySearch(ctx context.Context, k *kb.KB, scope string, ents []string, mainTop float64) ([]rank.Candidate, error) {
+func (r *Resolver) entitySearch(ctx context.Context, k *kb.KB, pq query, ents []string, mainTop float64) ([]rank.Candidate, error) {
 	qs := make([]engine.Query, len(ents))
 	for i, e := range ents {
-		qs[i] = engine.Query{Terms: []string{e}, Scope: scope, AllTerms: true, Limit: r.cfg.SearchLimit, Near: k.Corpus.Near}
+		qs[i] = engine.Query{Terms: []string{e}, Scope: pq.scope, AllTerms: true, Limit: r.cfg.SearchLimit, Near: pq.near}
 	}
 	var out [][]engine.Hit
 	if ms, ok := k.Engine.(engine.MultiSearcher); ok && len(qs) > 1 {

@@ -5,7 +5,9 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"maps"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,5 +55,44 @@ func TestTypoCorrectionTriesABoundedNumberOfWords(t *testing.T) {
 	distinct[maxTypoTerms-1], distinct[maxTypoTerms] = distinct[maxTypoTerms], "transacton"
 	if fixes := r.typos(k, strings.Join(distinct, " "), distinct); len(fixes) != 0 {
 		t.Errorf("the %dth word was tried: fixes %v", maxTypoTerms+1, fixes)
+	}
+}
+
+// A question's searches ask Near about the same words: each is worked out once, and the
+// answers are Near's, whichever search asks first, in parallel or not.
+func TestNearIsWorkedOutOncePerWordOfAQuestion(t *testing.T) {
+	var mu sync.Mutex
+	calls := map[string]int{}
+	m := &nearMemo{seen: map[string]bool{}, near: func(stem string) bool {
+		mu.Lock()
+		calls[stem]++
+		mu.Unlock()
+		return strings.HasPrefix(stem, "near")
+	}}
+	asks := []string{"nearby", "zzqx", "nearby", "zzqx", "nearish", "zzqx"}
+	var wg sync.WaitGroup
+	for _, stem := range asks {
+		wg.Go(func() {
+			if got, want := m.Near(stem), strings.HasPrefix(stem, "near"); got != want {
+				t.Errorf("Near(%q) = %v, want %v", stem, got, want)
+			}
+		})
+	}
+	wg.Wait()
+	for _, stem := range asks {
+		if got, want := m.Near(stem), strings.HasPrefix(stem, "near"); got != want {
+			t.Errorf("Near(%q) after = %v, want %v", stem, got, want)
+		}
+	}
+	// Parallel first asks may both work a word out; asks after that never do.
+	before := maps.Clone(calls)
+	for _, stem := range asks {
+		m.Near(stem)
+	}
+	if !maps.Equal(calls, before) {
+		t.Errorf("asked again: %v calls, were %v", calls, before)
+	}
+	if len(calls) != 3 {
+		t.Errorf("worked out %v, want each of 3 stems", calls)
 	}
 }
