@@ -521,6 +521,10 @@ func TestLLMFailuresGiveAMarkedExtractiveAnswer(t *testing.T) {
 		if !slices.Equal(paths(ans.Sources), []string{"deploy/checklist.md"}) {
 			t.Errorf("sources %v", paths(ans.Sources))
 		}
+		// Shared with callers who asked the same normalised question in other words.
+		if q := t3Request(h.kb).GetQuery(); strings.Contains(ans.Answer, q) {
+			t.Errorf("answer quotes the question %q:\n%s", q, ans.Answer)
+		}
 	})
 	t.Run("T4 with nothing read quotes the search's excerpts", func(t *testing.T) {
 		h := newHarness(t, testConfig(), fail("could not connect to the endpoint after 3 attempts"))

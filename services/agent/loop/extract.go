@@ -19,7 +19,9 @@ const (
 // documents at hand, quoted, under a banner that says the answer is degraded and why.
 // Every sentence after the banner is the knowledge base's own. The documents are
 // those gathered (pre-fetched or read), in the search's order where it ranked them;
-// without any, the search's own excerpts.
+// without any, the search's own excerpts. It does not quote the question: callers who
+// ask the same normalised question at once share one answer, each in a wording of its
+// own (as the search service's extractive answer, which is cached).
 func extractive(query, reason string, docs []*quarryv1.Document, ranked []*quarryv1.Source) (string, []*quarryv1.Source) {
 	type passage struct {
 		src  *quarryv1.Source
@@ -59,11 +61,11 @@ func extractive(query, reason string, docs []*quarryv1.Document, ranked []*quarr
 		strings.TrimSuffix(oneLine(reason), "."))
 	b.WriteString("## Summary\n\n")
 	if len(picked) == 0 {
-		fmt.Fprintf(&b, "No document in the knowledge base was found for “%s”.\n", oneLine(query))
+		b.WriteString("No document in the knowledge base was found for the question.\n")
 		return b.String(), nil
 	}
-	fmt.Fprintf(&b, "%s in the knowledge base may answer “%s”; the best passages follow.\n\n## Excerpts\n\n",
-		text.Count(len(picked), "document", "documents"), oneLine(query))
+	fmt.Fprintf(&b, "%s in the knowledge base may answer the question; the best passages follow.\n\n## Excerpts\n\n",
+		text.Count(len(picked), "document", "documents"))
 	sources := make([]*quarryv1.Source, 0, len(picked))
 	for i, p := range picked {
 		if i > 0 {
