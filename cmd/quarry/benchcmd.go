@@ -17,6 +17,7 @@ import (
 	"time"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/services/search/kb"
 	"github.com/quarry-router/quarry/services/search/kbgen"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -40,17 +41,27 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
+	// Flag values the run cannot use are the command line's mistake (exit 2), as the
+	// flag package's own "invalid value" is; they exited 1, as a failed run does.
 	mix, err := parseMix(*mixFlag)
 	if err != nil {
-		return err
+		return usageError{err}
 	}
 	switch {
 	case *c < 1 || *c > 1024:
-		return fmt.Errorf("-c must be in [1,1024], got %d", *c)
+		return usagef("-c must be in [1,1024], got %d", *c)
 	case *n == 0 && (*d <= 0 || *d > time.Hour):
-		return fmt.Errorf("-d must be in (0, 1h], got %v", *d)
+		return usagef("-d must be in (0, 1h], got %v", *d)
 	case *n < 0:
-		return fmt.Errorf("-n must be >= 0, got %d", *n)
+		return usagef("-n must be >= 0, got %d", *n)
+	}
+	if err := checkCallFlags(*timeout, *kbID); err != nil {
+		return err
+	}
+	// The id names the generated KB's folder under a temporary one: "-kb ../x" wrote the
+	// files outside it, where the clean-up did not reach.
+	if !kb.ValidID(*kbID) {
+		return usagef("-kb %q is no knowledge base id (%s)", *kbID, kb.IDRule)
 	}
 
 	cfg := loadConfig{Concurrency: *c, Duration: *d, Count: *n, Warmup: *warm, KB: *kbID, Mix: mix, Timeout: *timeout}
@@ -72,7 +83,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "generating a %d-file knowledge base and starting Quarry...\n", *files)
 		m, err := kbgen.Generate(filepath.Join(dir, *kbID), kbgen.Options{Files: *files, Seed: 1})
 		if err != nil {
-			return err
+			return genkbError(err)
 		}
 		for _, q := range m.Questions(*files, 11) {
 			cfg.Questions = append(cfg.Questions, q.Query)
@@ -88,6 +99,9 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer func() { cancel(); <-sys.done }()
 		target = sys.Gateway.String()
+	} else if !validTarget(target) {
+		// As query's: "-addr 127.0.0.1" exited 1 with "missing port in address".
+		return usagef("-addr %q is not HOST:PORT", target)
 	} else if err := loopbackOnly(target); err != nil {
 		return err
 	}
@@ -110,6 +124,11 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	rep, err := runLoad(ctx, quarryv1.NewQueryServiceClient(conn), healthpb.NewHealthClient(conn), cfg, stderr)
 	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		// Ctrl-C: the calls it cut short are not counted, so the run "passed" and
+		// exited 0 with a report of whatever it had measured so far.
 		return err
 	}
 	if embedded {

@@ -47,6 +47,8 @@ func TestCommandLineMistakes(t *testing.T) {
 	listen := []string{"-listen", "127.0.0.1:0", "-search-listen", "127.0.0.1:0", "-agent-listen", "127.0.0.1:0", "-demo=false"}
 	noMarkdown := filepath.Join(dir, "gocode")
 	mustWrite(t, filepath.Join(noMarkdown, "main.go"), "package main\n")
+	badName := filepath.Join(dir, "My Notes")
+	mustWrite(t, filepath.Join(badName, "a.md"), "# A\nA note.\n")
 
 	tests := []struct {
 		name   string
@@ -106,6 +108,20 @@ func TestCommandLineMistakes(t *testing.T) {
 		{"key for a KB no id can name", []string{"key", "-name", "ci", "-kb", "platform,Bad KB"}, 2, `-kb "Bad KB" is no knowledge base id`},
 		// eval of a folder without markdown called every question out of domain, exit 0.
 		{"eval of a folder without markdown", []string{"eval", "-kb", noMarkdown, evalQuestions}, 1, "holds no markdown file"},
+		// Flag values bench, genkb and eval cannot use exited 1, as a failed run does; an
+		// eval -timeout of 0 or -addr without a port failed every call instead.
+		{"bench with no callers", []string{"bench", "-c", "0"}, 2, "-c must be in [1,1024]"},
+		{"bench with a mix of no kind", []string{"bench", "-mix", "repeat"}, 2, "want kind=weight"},
+		{"bench with no time", []string{"bench", "-addr", refused, "-timeout", "0"}, 2, "-timeout 0s: the deadline must be positive"},
+		{"bench of an address without a port", []string{"bench", "-addr", "127.0.0.1"}, 2, `-addr "127.0.0.1" is not HOST:PORT`},
+		{"bench with too few files", []string{"bench", "-files", "3"}, 2, "too few"},
+		{"genkb with too few files", []string{"genkb", "-out", genOut, "-files", "3"}, 2, "too few"},
+		{"eval with no time", []string{"eval", "-kb", evalKB, "-timeout", "0", evalQuestions}, 2, "-timeout 0s: the deadline must be positive"},
+		{"eval of an address without a port", []string{"eval", "-addr", "127.0.0.1", "-kb-id", "platform", evalQuestions}, 2, `-addr "127.0.0.1" is not HOST:PORT`},
+		// A KB id names a folder under a temporary one: a path wrote outside it.
+		{"bench of a KB id that is a path", []string{"bench", "-kb", "../escape", "-files", "200"}, 2, `-kb "../escape" is no knowledge base id`},
+		{"eval of a KB id that is a path", []string{"eval", "-kb", evalKB, "-kb-id", "../escape", evalQuestions}, 2, `-kb-id "../escape" is no knowledge base id`},
+		{"eval of a folder named no KB id", []string{"eval", "-kb", badName, evalQuestions}, 2, `its folder name "My Notes" is no knowledge base id`},
 		// sync: a file over one message's size was read, sent and failed the whole sync
 		// with "trying to send message larger than max"; now refused before dialing.
 		{"sync of a file too large to send", []string{"sync", bigTree, "-kb", "big", "-addr", refused}, 1, "ops/changelog.md (5400012 bytes)"},

@@ -21,6 +21,7 @@ import (
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/quarry-router/quarry/platform/text"
+	"github.com/quarry-router/quarry/services/search/kb"
 )
 
 // labelled is one line of an eval question file.
@@ -260,6 +261,14 @@ func evalCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if (*kbDir == "") == (*addr == "") {
 		return usagef("pass exactly one of -kb (embedded) and -addr (running gateway)")
 	}
+	// As query's: a -timeout of 0 failed every call as DEADLINE_EXCEEDED, and an -addr
+	// without a port dialled port 443, each scored as a failed call, exit 1.
+	if *addr != "" && !validTarget(*addr) {
+		return usagef("-addr %q is not HOST:PORT (or a gRPC target such as dns:///HOST:PORT)", *addr)
+	}
+	if err := checkCallFlags(*timeout, *kbID); err != nil {
+		return err
+	}
 	qs, err := readLabelled(fs.Args())
 	if err != nil {
 		return err
@@ -270,6 +279,13 @@ func evalCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if id == "" || id == "." || id == string(filepath.Separator) {
 		return usagef("-kb-id is required with -addr")
+	}
+	// The id names the folder the embedded Quarry serves the copy from: "-kb-id ../x"
+	// (or "-kb .." without one) copied the knowledge base outside the temporary folder,
+	// where the clean-up did not reach. A -kb folder's name is checked once the folder
+	// is (startEval), so that a wrong -kb is reported as such.
+	if (*kbID != "" || *addr != "") && !kb.ValidID(id) {
+		return usagef("-kb-id %q is no knowledge base id (%s)", id, kb.IDRule)
 	}
 
 	// Each phase gets a fresh system so that it measures routing, not answers cached by
@@ -342,6 +358,9 @@ func startEval(ctx context.Context, kbDir, id string, searchArgs, gatewayArgs []
 	// loaded no document: every question came back out of domain, and eval exited 0.
 	if files, _, err := collect(kbDir); err == nil && len(files) == 0 {
 		return nil, nil, fmt.Errorf("-kb %q holds no markdown file: pass a knowledge base's folder (such as examples/kb/platform), or -addr with -kb-id for a running gateway", kbDir)
+	}
+	if !kb.ValidID(id) {
+		return nil, nil, usagef("-kb %q: its folder name %q is no knowledge base id (%s); name one with -kb-id", kbDir, id, kb.IDRule)
 	}
 	root, err := os.MkdirTemp("", "quarry-eval-")
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,8 +24,17 @@ func genkb(args []string, stdout io.Writer) error {
 	start := time.Now()
 	m, err := kbgen.Generate(*out, kbgen.Options{Files: *files, Seed: *seed, Now: time.Now()})
 	if err != nil {
-		return err
+		return genkbError(err)
 	}
 	fmt.Fprintf(stdout, "wrote %d files to %s in %v\n", len(m.Files), *out, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// genkbError makes a -files the generator cannot honour ("Files 3 too few for 8
+// domains") a usage error, exit 2: it exited 1, as a failed write does.
+func genkbError(err error) error {
+	if errors.Is(err, kbgen.ErrOptions) {
+		return usageError{fmt.Errorf("-files: %w", err)}
+	}
+	return err
 }

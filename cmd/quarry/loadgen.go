@@ -168,19 +168,32 @@ func runLoad(ctx context.Context, c quarryv1.QueryServiceClient, h healthpb.Heal
 	defer cancel()
 	start := time.Now()
 	var measuredFrom atomic.Int64
+	// The warm-up's end is waited for before returning: a timer left behind by a run
+	// stopped during its warm-up (Ctrl-C) called OnMeasuring after the run, racing the
+	// caller's reading of what it records.
+	warmDone := make(chan struct{})
 	if cfg.Warmup > 0 {
-		time.AfterFunc(cfg.Warmup, func() {
+		go func() {
+			defer close(warmDone)
+			t := time.NewTimer(cfg.Warmup)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-runCtx.Done():
+				return
+			}
 			if cfg.OnMeasuring != nil {
 				cfg.OnMeasuring()
 			}
 			measuredFrom.Store(time.Now().UnixNano())
 			measuring.Store(true)
-		})
+		}()
 	} else {
+		close(warmDone)
 		measuredFrom.Store(start.UnixNano())
 	}
 	if cfg.Count == 0 {
-		time.AfterFunc(cfg.Warmup+cfg.Duration, cancel)
+		defer time.AfterFunc(cfg.Warmup+cfg.Duration, cancel).Stop()
 	}
 	var budget atomic.Int64
 	budget.Store(int64(cfg.Count))
@@ -190,8 +203,14 @@ func runLoad(ctx context.Context, c quarryv1.QueryServiceClient, h healthpb.Heal
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(w)+1, 99))
 			for runCtx.Err() == nil {
-				if cfg.Count > 0 && measuring.Load() && budget.Add(-1) < 0 {
-					cancel()
+				// Whether this call counts is decided as it starts, when it takes its
+				// share of the budget: decided as it ended, a call begun in the warm-up
+				// counted too, with no share taken, and "-n" measured more calls than asked.
+				measured := measuring.Load()
+				if cfg.Count > 0 && measured && budget.Add(-1) < 0 {
+					// Only this caller stops: cancelling the run here cut the other
+					// callers' calls in flight, each of which had taken its share of
+					// the budget, and "-n 1000" reported fewer calls, its slowest left out.
 					return
 				}
 				kind, q := pick(r)
@@ -213,7 +232,7 @@ func runLoad(ctx context.Context, c quarryv1.QueryServiceClient, h healthpb.Heal
 				if runCtx.Err() != nil && err != nil {
 					return // the run ended under this call
 				}
-				if !measuring.Load() {
+				if !measured {
 					continue
 				}
 				calls.Add(1)
@@ -257,7 +276,12 @@ func runLoad(ctx context.Context, c quarryv1.QueryServiceClient, h healthpb.Heal
 	wg.Wait()
 	cancel()
 	<-progressDone
-	rep.Elapsed = time.Since(time.Unix(0, measuredFrom.Load()))
+	<-warmDone
+	// A run stopped before its warm-up ended measured nothing: its elapsed time was
+	// counted from 1970.
+	if from := measuredFrom.Load(); from != 0 {
+		rep.Elapsed = time.Since(time.Unix(0, from))
+	}
 	rep.Calls, rep.Errors = calls.Load(), errs.Load()
 	if rep.Elapsed > 0 {
 		rep.QPS = float64(rep.Calls) / rep.Elapsed.Seconds()
