@@ -82,6 +82,28 @@ func TestAPIKeysAndIsolation(t *testing.T) {
 		})
 	}
 
+	// eval asks a running gateway with the key it is given, as query does.
+	qs := filepath.Join(t.TempDir(), "qs.jsonl")
+	write(qs, `{"query": "How do I rotate the JWT signing key?", "kind": "known_item", "expect": ["auth/jwt/signing-key-rotation.md"]}`+"\n")
+	t.Setenv("QUARRY_API_KEY", "")
+	for _, tt := range []struct {
+		name string
+		args []string
+		ok   bool
+	}{
+		{"eval with the team's key", []string{"-api-key", "k-platform"}, true},
+		{"eval without a key", nil, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errOut strings.Builder
+			args := append([]string{"-addr", sys.Gateway.String(), "-kb-id", "platform", "-json"}, tt.args...)
+			err := evalCmd(context.Background(), append(args, qs), &out, &errOut)
+			if (err == nil) != tt.ok || (!tt.ok && !strings.Contains(err.Error(), "Unauthenticated")) {
+				t.Fatalf("eval: %v, want ok %v\n%s", err, tt.ok, errOut.String())
+			}
+		})
+	}
+
 	// The same question of the other knowledge base: never the first one's cached answer.
 	a, err := ask("k-platform", "platform", q)
 	if err != nil {

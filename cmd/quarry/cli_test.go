@@ -121,6 +121,7 @@ func TestCommandLineMistakes(t *testing.T) {
 		// A KB id names a folder under a temporary one: a path wrote outside it.
 		{"bench of a KB id that is a path", []string{"bench", "-kb", "../escape", "-files", "200"}, 2, `-kb "../escape" is no knowledge base id`},
 		{"eval of a KB id that is a path", []string{"eval", "-kb", evalKB, "-kb-id", "../escape", evalQuestions}, 2, `-kb-id "../escape" is no knowledge base id`},
+		{"eval of the embedded system with a key", []string{"eval", "-kb", evalKB, "-api-key", "k", evalQuestions}, 2, "-api-key and -tls* are for a running gateway"},
 		{"eval of a folder named no KB id", []string{"eval", "-kb", badName, evalQuestions}, 2, `its folder name "My Notes" is no knowledge base id`},
 		// sync: a file over one message's size was read, sent and failed the whole sync
 		// with "trying to send message larger than max"; now refused before dialing.

@@ -22,6 +22,7 @@ import (
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/quarry-router/quarry/platform/text"
 	"github.com/quarry-router/quarry/services/search/kb"
+	"google.golang.org/grpc"
 )
 
 // labelled is one line of an eval question file.
@@ -238,7 +239,11 @@ func evalCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	kbDir := fs.String("kb", "", "knowledge base folder to serve in an embedded Quarry (its name is the KB id)")
-	addr := fs.String("addr", "", "running gateway to ask instead (then -kb-id names the KB; its caches are not reset)")
+	// A running gateway is reached as query reaches it: a gateway that requires an API
+	// key or TLS refused every question UNAUTHENTICATED when eval could not present one.
+	var gw serverFlags
+	gw.register(fs, "", "running gateway to ask instead (then -kb-id names the KB; its caches are not reset)")
+	addr := &gw.addr
 	kbID := fs.String("kb-id", "", "knowledge base id with -addr (default: the -kb folder's name)")
 	searchArgs := fs.String("search-flags", "", "embedded: extra search-service flags, space separated (e.g. \"-rank-coverage-exponent=0.65\")")
 	gatewayArgs := fs.String("gateway-flags", "", "embedded: extra gateway flags, space separated (e.g. \"-fuzzy-min=0.7\")")
@@ -260,6 +265,9 @@ func evalCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if (*kbDir == "") == (*addr == "") {
 		return usagef("pass exactly one of -kb (embedded) and -addr (running gateway)")
+	}
+	if *kbDir != "" && (gw.key != "" || gw.tls.On()) {
+		return usagef("-api-key and -tls* are for a running gateway (-addr); the embedded one (-kb) takes neither")
 	}
 	// As query's: a -timeout of 0 failed every call as DEADLINE_EXCEEDED, and an -addr
 	// without a port dialled port 443, each scored as a failed call, exit 1.
@@ -291,16 +299,16 @@ func evalCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// Each phase gets a fresh system so that it measures routing, not answers cached by
 	// the other phase.
 	target := func(run func(quarryv1.QueryServiceClient) error) error {
-		a := *addr
-		if a == "" {
+		dial := gw.dial
+		if *addr == "" {
 			sys, stop, err := startEval(ctx, *kbDir, id, strings.Fields(*searchArgs), strings.Fields(*gatewayArgs))
 			if err != nil {
 				return err
 			}
 			defer stop()
-			a = sys.Gateway.String()
+			dial = func() (*grpc.ClientConn, error) { return grpcx.Dial(sys.Gateway.String()) }
 		}
-		conn, err := grpcx.Dial(a)
+		conn, err := dial()
 		if err != nil {
 			return err
 		}
