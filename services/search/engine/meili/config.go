@@ -27,11 +27,12 @@ type Config struct {
 	// A server that takes connections and never answers held a start, or any call
 	// without a deadline of its own, for ever.
 	RequestTimeout time.Duration
-	// BatchSize is the number of documents sent per add request.
+	// BatchSize is the number of documents sent per add request (and of ids per delete
+	// request).
 	BatchSize int
-	// BatchBytes caps an add request's body as well: Meilisearch refuses one over its
-	// --http-payload-size-limit (100 MB by default), and a proxy in front of it often
-	// allows less. A batch refused as too large anyway (HTTP 413) is sent in halves.
+	// BatchBytes caps an add or delete request's body as well: Meilisearch refuses one
+	// over its --http-payload-size-limit (100 MB by default), and a proxy in front of it
+	// often allows less. A batch refused as too large anyway (HTTP 413) is sent in halves.
 	BatchBytes int
 	// Retries is how many times a request that changes or sets up an index (add and
 	// delete documents, settings, the wait for a task) is sent again when the server
@@ -80,8 +81,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.TaskPoll, "meili-task-poll", d.TaskPoll, "how often a write polls its Meilisearch task")
 	fs.DurationVar(&c.TaskTimeout, "meili-task-timeout", d.TaskTimeout, "longest wait for one Meilisearch task before the write fails")
 	fs.DurationVar(&c.RequestTimeout, "meili-request-timeout", d.RequestTimeout, "longest one HTTP request to Meilisearch may take, its answer included (0: no bound)")
-	fs.IntVar(&c.BatchSize, "meili-batch-size", d.BatchSize, "documents per Meilisearch add request")
-	fs.IntVar(&c.BatchBytes, "meili-batch-bytes", d.BatchBytes, "largest body of a Meilisearch add request, in bytes (below Meilisearch's --http-payload-size-limit and any proxy's; a batch refused as too large is halved)")
+	fs.IntVar(&c.BatchSize, "meili-batch-size", d.BatchSize, "documents per Meilisearch add request (ids per delete request)")
+	fs.IntVar(&c.BatchBytes, "meili-batch-bytes", d.BatchBytes, "largest body of a Meilisearch add or delete request, in bytes (below Meilisearch's --http-payload-size-limit and any proxy's; a batch refused as too large is halved)")
 	fs.IntVar(&c.Retries, "meili-retries", d.Retries, "times a write request is retried when Meilisearch is unreachable or answers 429/502/503/504")
 	fs.DurationVar(&c.RetryBackoff, "meili-retry-backoff", d.RetryBackoff, "wait before the first retry of a write request (doubling after each retry)")
 	fs.IntVar(&c.OneTypo, "meili-one-typo", d.OneTypo, "shortest word (characters) matched with one typo")

@@ -54,14 +54,27 @@ func open(t *testing.T, url, key, kbID string, docs []engine.Doc) *meili.Index {
 // ends.
 func openReal(t *testing.T, url, key string, docs []engine.Doc) *meili.Index {
 	t.Helper()
-	var rnd [4]byte
-	_, _ = rand.Read(rnd[:])
-	cfg := testConfig(url, key)
-	cfg.IndexPrefix = "quarry_test_" + hex.EncodeToString(rnd[:]) + "_"
+	cfg := realConfig(t, url, key, nil)
 	ix, err := meili.Open(context.Background(), cfg, "kb", docs)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ix
+}
+
+// realConfig configures a uniquely named index on the real server at url, reached
+// through via(url) when via is set (a proxy in front), and deletes the index when the
+// test ends.
+func realConfig(t *testing.T, url, key string, via func(string) string) meili.Config {
+	t.Helper()
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	target := url
+	if via != nil {
+		target = via(url)
+	}
+	cfg := testConfig(target, key)
+	cfg.IndexPrefix = "quarry_test_" + hex.EncodeToString(rnd[:]) + "_"
 	t.Cleanup(func() {
 		c := meilisearch.New(url, meilisearch.WithAPIKey(key))
 		defer c.Close()
@@ -69,5 +82,5 @@ func openReal(t *testing.T, url, key string, docs []engine.Doc) *meili.Index {
 			t.Logf("delete test index: %v", err)
 		}
 	})
-	return ix
+	return cfg
 }

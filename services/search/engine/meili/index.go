@@ -51,7 +51,7 @@ var ErrUnavailable = engine.ErrUnavailable
 
 // schemaVersion is part of every document's hash, with text.Version: bump it when the
 // analysis or the document shape changes, so the next start re-sends every document.
-const schemaVersion = "quarry-meili-3"
+const schemaVersion = "quarry-meili-4"
 
 // Field names of the documents.
 const (
@@ -61,12 +61,14 @@ const (
 	fieldPathText = "path_text"
 	fieldContent  = "content"
 	fieldFolders  = "folders"
-	fieldDomain   = "domain"
-	fieldArchived = "archived"
-	fieldSummary  = "summary"
-	fieldHash     = "hash"
-	rankingScore  = "_rankingScore"
-	formatted     = "_formatted"
+	// fieldFolderKeys holds folderKey of each of folders: what scope filters compare.
+	fieldFolderKeys = "folder_keys"
+	fieldDomain     = "domain"
+	fieldArchived   = "archived"
+	fieldSummary    = "summary"
+	fieldHash       = "hash"
+	rankingScore    = "_rankingScore"
+	formatted       = "_formatted"
 )
 
 // document is one knowledge file as the index holds it: analysed text, filters, and the
@@ -78,10 +80,12 @@ type document struct {
 	PathText string   `json:"path_text"`
 	Content  string   `json:"content"`
 	Folders  []string `json:"folders"`
-	Domain   string   `json:"domain"`
-	Archived bool     `json:"archived"`
-	Summary  bool     `json:"summary"`
-	Hash     string   `json:"hash"`
+	// FolderKeys are the folders as folderKey spells them, for the scope filter.
+	FolderKeys []string `json:"folder_keys"`
+	Domain     string   `json:"domain"`
+	Archived   bool     `json:"archived"`
+	Summary    bool     `json:"summary"`
+	Hash       string   `json:"hash"`
 }
 
 // Index is an engine.Backend over one Meilisearch index.
@@ -244,7 +248,7 @@ func (ix *Index) settings() *meilisearch.Settings {
 		// The content is displayed only so that a search can crop it (a passage); hits
 		// retrieve the path alone.
 		DisplayedAttributes:  []string{fieldID, fieldPath, fieldHash, fieldContent},
-		FilterableAttributes: []string{fieldArchived, fieldDomain, fieldFolders, fieldSummary},
+		FilterableAttributes: []string{fieldArchived, fieldDomain, fieldFolderKeys, fieldSummary},
 		TypoTolerance: &meilisearch.TypoTolerance{
 			Enabled:             true,
 			MinWordSizeForTypos: meilisearch.MinWordSizeForTypos{OneTypo: int64(ix.cfg.OneTypo), TwoTypos: int64(ix.cfg.TwoTypos)},
@@ -394,20 +398,43 @@ func (ix *Index) write(ctx context.Context, docs []document, deletes []string) e
 			return err
 		}
 	}
-	if len(deletes) > 0 {
-		var info *meilisearch.TaskInfo
-		err := ix.retry(ctx, func() (err error) {
-			info, err = ix.index.DeleteDocumentsWithContext(ctx, deletes, nil)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("meilisearch delete documents %s: %w", ix.uid, err)
+	// Deletions are cut into batches as adds are: their body is a JSON array of ids, and
+	// sent all at once, a sync or a start removing many files was over the payload limit
+	// (an ingress's 1 MB is ~15,000 ids) and refused with 413 on every try.
+	for len(deletes) > 0 {
+		n, size := 0, 2
+		for n < len(deletes) && n < ix.cfg.BatchSize && (n == 0 || size+len(deletes[n])+3 <= ix.cfg.BatchBytes) {
+			size += len(deletes[n]) + 3 // quoted, and a comma
+			n++
 		}
-		if err := ix.wait(ctx, info, "delete documents"); err != nil {
+		if err := ix.del(ctx, deletes[:n]); err != nil {
 			return err
 		}
+		deletes = deletes[n:]
 	}
 	return nil
+}
+
+// del deletes one batch of ids and waits for its task. A batch the server refuses as too
+// large (413) is sent in halves, as add does: deleting an id twice or one that is gone
+// changes nothing.
+func (ix *Index) del(ctx context.Context, ids []string) error {
+	var info *meilisearch.TaskInfo
+	err := ix.retry(ctx, func() (err error) {
+		info, err = ix.index.DeleteDocumentsWithContext(ctx, ids, nil)
+		return err
+	})
+	if tooLarge(err) && len(ids) > 1 {
+		half := len(ids) / 2
+		if err := ix.del(ctx, ids[:half]); err != nil {
+			return err
+		}
+		return ix.del(ctx, ids[half:])
+	}
+	if err != nil {
+		return fmt.Errorf("meilisearch delete documents %s: %w", ix.uid, err)
+	}
+	return ix.wait(ctx, info, "delete documents")
 }
 
 // encoded is a document as its add request carries it.
@@ -824,13 +851,27 @@ func (ix *Index) idf(stem string) float64 {
 	return math.Log(1 + (max(n-df, 0)+0.5)/(df+0.5))
 }
 
-// scopeFilter restricts a search to a folder and its subfolders ("" for none).
+// scopeFilter restricts a search to a folder and its subfolders ("" for none). It
+// compares folder keys, not folder names: see folderKey.
 func scopeFilter(scope string) string {
 	scope = strings.Trim(scope, "/")
 	if scope == "" {
 		return ""
 	}
-	return fieldFolders + ` = "` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(scope) + `"`
+	return fieldFolderKeys + ` = "` + folderKey(scope) + `"`
+}
+
+// folderKey is what the scope filter compares for a folder: the hex SHA-256 of its name.
+// Meilisearch's `=` on strings is not the embedded engine's exact match: it compares
+// values trimmed, NFKD-normalised and lower-cased ("Guides" finds the documents of
+// "guides", "ﬁles" those of "files"), and it stores a filterable value cut at 468 bytes
+// while the filter's value is not cut, so a folder whose path is longer matched no scope
+// (https://www.meilisearch.com/docs/learn/filtering_and_sorting/filter_expression_reference,
+// known limitations; milli's normalize_facet). A key is 64 bytes of [0-9a-f], which
+// Meilisearch keeps as it is, and which needs no escaping in a filter.
+func folderKey(folder string) string {
+	sum := sha256.Sum256([]byte(folder))
+	return hex.EncodeToString(sum[:])
 }
 
 // sortHits orders hits by score, then path (the embedded engine's order for ties), and
@@ -1069,6 +1110,10 @@ func analyse(d engine.Doc, memo text.StemMemo) (document, []string) {
 	}
 	if doc.Folders == nil {
 		doc.Folders = []string{}
+	}
+	doc.FolderKeys = make([]string, len(doc.Folders))
+	for i, f := range doc.Folders {
+		doc.FolderKeys[i] = folderKey(f)
 	}
 	if len(doc.Folders) > 0 {
 		doc.Domain = doc.Folders[0]

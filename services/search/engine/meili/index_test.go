@@ -2,6 +2,8 @@ package meili_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -92,7 +94,8 @@ func TestSettingsExpressTheEmbeddedEngine(t *testing.T) {
 		t.Errorf("searchable attributes = %v, want title > path > content (SPEC's boosts)", got)
 	}
 	filterable := str(st["filterableAttributes"])
-	for _, f := range []string{"archived", "domain", "folders"} {
+	// Scopes compare folder keys, not folder names (see TestAScopeFindsItsOwnFolderOnly).
+	for _, f := range []string{"archived", "domain", "folder_keys"} {
 		if !slices.Contains(filterable, f) {
 			t.Errorf("filterable attributes %v lack %s", filterable, f)
 		}
@@ -167,7 +170,8 @@ func TestSearchRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := last(t, "/indexes/quarry_kb/search")
-	want := req{Q: `"rotat" pgbouncr`, Strategy: "all", Filter: `folders = "auth"`, Score: true}
+	authKey := sha256.Sum256([]byte("auth"))
+	want := req{Q: `"rotat" pgbouncr`, Strategy: "all", Filter: `folder_keys = "` + hex.EncodeToString(authKey[:]) + `"`, Score: true}
 	if got[0] != want {
 		t.Errorf("all-terms search sent %+v, want %+v (known stems quoted, unknown bare and last)", got[0], want)
 	}

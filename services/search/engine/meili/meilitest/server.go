@@ -32,6 +32,8 @@ import (
 	"testing"
 	"time"
 	"unicode"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // Request is one request the server received.
@@ -1114,7 +1116,11 @@ func (s *Server) parseFilter(ix *index, raw json.RawMessage) (func(map[string]an
 func matchesValue(v any, want string) bool {
 	switch x := v.(type) {
 	case string:
-		return x == want
+		// Meilisearch compares facet strings normalised (documented: "When operating on
+		// strings, = is case-insensitive"), and stores each value truncated to
+		// maxFacetValueLength bytes while the filter's value is not: a longer value
+		// matches no filter at all (milli's normalize_facet, truncate_str, evaluate_equal).
+		return truncateFacet(normalizeFacet(x)) == normalizeFacet(want)
 	case bool:
 		return strconv.FormatBool(x) == want
 	case float64:
@@ -1127,6 +1133,32 @@ func matchesValue(v any, want string) bool {
 		}
 	}
 	return false
+}
+
+// maxFacetValueLength is the longest facet value Meilisearch stores, in bytes (its
+// MAX_FACET_VALUE_LENGTH, "Length of individual filterableAttributes values" in its known
+// limitations).
+const maxFacetValueLength = 468
+
+// normalizeFacet is milli's normalize_facet: trimmed, NFKD, lower case.
+func normalizeFacet(s string) string {
+	return strings.ToLower(norm.NFKD.String(strings.TrimSpace(s)))
+}
+
+// truncateFacet is milli's truncate_str: the longest prefix of s, cut at a character
+// boundary, of at most maxFacetValueLength bytes.
+func truncateFacet(s string) string {
+	if len(s) <= maxFacetValueLength {
+		return s
+	}
+	end := 0
+	for i := range s {
+		if i > maxFacetValueLength {
+			break
+		}
+		end = i
+	}
+	return s[:end]
 }
 
 func project(d map[string]any, fields, displayed []string) map[string]any {
