@@ -1025,7 +1025,12 @@ func (r *Registry) apply(ctx context.Context, cur *KB, p *plan) (*KB, error) {
 			// while its failed batch's BM25 counts were never added, so kept statistics
 			// would be off for good.
 			ref.broken = true
-			if uerr := engine.Apply(ctx, w, engine.Inverse(changes)); uerr != nil {
+			// The undo has time of its own: a write that failed because its time ran
+			// out (-write-timeout) failed its undo at once on the same context, and the
+			// index was rebuilt, in the background when the rebuild failed that way too.
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Write.Timeout)
+			defer cancel()
+			if uerr := engine.Apply(uctx, w, engine.Inverse(changes)); uerr != nil {
 				r.log.Error("undo a failed index write", "kb", cur.ID, "err", uerr)
 				return nil, fmt.Errorf("%w: %w (%w)", ErrEngine, err, errRebuild)
 			}

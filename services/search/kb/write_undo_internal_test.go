@@ -184,6 +184,56 @@ func TestAnIndexAWriteFailedOnIsNotKept(t *testing.T) {
 	}
 }
 
+// slowWriter is an engine whose write takes longer than a write may (-write-timeout),
+// and whose undo, as any engine call, fails at once on a context that is done.
+type slowWriter struct {
+	engine.Backend
+	w      engine.Writer
+	calls  int
+	undone bool
+}
+
+func (s *slowWriter) Apply(ctx context.Context, changes []engine.Change) error {
+	if s.calls++; s.calls == 1 {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.undone = true
+	return s.w.Apply(ctx, changes)
+}
+
+// A write that runs out of time is undone in the index, not left for a rebuild: the undo
+// has time of its own.
+func TestAWriteOutOfTimeIsUndone(t *testing.T) {
+	root, _, reg := oneFileKB(t, "# A\n\nPools of connections.\n", "-write-timeout", "50ms")
+	ctx := context.Background()
+	k, err := reg.Load(ctx, "docs", root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := &slowWriter{Backend: k.Engine, w: k.Engine.(engine.Writer)}
+	k.Engine = slow
+	if _, err := reg.UpsertFile(ctx, "docs", "b.md", []byte("# B\n\nThe zorblatt sizer.\n")); !errors.Is(err, ErrEngine) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a write past -write-timeout = %v, want ErrEngine (deadline exceeded)", err)
+	}
+	if slow.calls != 2 || !slow.undone {
+		t.Fatalf("the engine was asked %d times, undone %v: want the write and its undo, done", slow.calls, slow.undone)
+	}
+	now, err := reg.Get("docs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.ref != k.ref {
+		t.Error("the index was rebuilt although the undo could run")
+	}
+	if _, err := os.Stat(filepath.Join(root, "b.md")); !os.IsNotExist(err) {
+		t.Errorf("b.md after the undone write: %v, want it gone", err)
+	}
+}
+
 // nextStart loads the knowledge base "docs" from root as the next start of the service
 // does, with cfg (its -data-dir among it), and closes it when the test ends.
 func nextStart(t *testing.T, cfg Config, root string) *KB {
