@@ -24,8 +24,11 @@ test: check unit fuzz
 
 check: fmt vet staticcheck lint check-generated build-standalone build-other-os
 
+# gofmt's own failures (a file it cannot parse or read) fail the check too, and so does
+# a tree git lists no Go files in (not a clone): gofmt -l without files reads stdin.
 fmt:
-	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
+	@files=$$(git ls-files '*.go' | grep -v '^gen/') || { echo "fmt: git lists no Go files: run make in a git clone of Quarry" >&2; exit 1; }; \
+	out=$$(gofmt -l $$files) || { echo "fmt: gofmt failed on the files above" >&2; exit 1; }; \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
 vet:
@@ -81,16 +84,27 @@ check-generated-clients: tools client-deps
 	done
 
 # breaking compares proto/ with main: the local branch, or origin/main in a CI checkout
-# that has no local main. BREAKING_AGAINST=<buf input> compares with something else.
+# that has no local main. On main itself with proto/ as committed (CI's clone of main),
+# main is this very proto/, so it compares with proto/ before its last change instead.
+# BREAKING_AGAINST=<buf input> compares with something else.
 ## breaking: buf breaking (FILE rules) against the main branch
 breaking: tools
 	@against='$(BREAKING_AGAINST)'; \
 	if [ -z "$$against" ]; then \
-		if git rev-parse -q --verify refs/heads/main >/dev/null; then against='.git#branch=main'; \
-		elif git rev-parse -q --verify refs/remotes/origin/main >/dev/null; then against='.git#ref=origin/main'; \
+		if git rev-parse -q --verify refs/heads/main >/dev/null; then main=refs/heads/main; \
+		elif git rev-parse -q --verify refs/remotes/origin/main >/dev/null; then main=refs/remotes/origin/main; \
 		else echo "breaking: no main branch to compare proto/ with: git fetch origin main, or set BREAKING_AGAINST"; exit 1; fi; \
+		against=".git#ref=$$(git rev-parse $$main)"; \
+		if [ "$$(git rev-parse HEAD)" = "$$(git rev-parse $$main)" ] && [ -z "$$(git status --porcelain -- proto)" ]; then \
+			last=$$(git log -1 --format=%H -- proto); \
+			if ! before=$$(git rev-parse -q --verify "$$last^"); then \
+				if [ "$$(git rev-parse --is-shallow-repository)" = true ]; then echo "breaking: a shallow clone lacks proto/ before its last change: git fetch --unshallow, or set BREAKING_AGAINST" >&2; exit 1; fi; \
+				echo "breaking: proto/ has no earlier version to compare with"; exit 0; \
+			fi; \
+			against=".git#ref=$$before"; \
+		fi; \
 	fi; \
-	buf breaking --against "$$against"
+	echo "buf breaking --against $$against"; buf breaking --against "$$against"
 
 # build-standalone proves every module builds on its own (relative replace lines), as
 # a user vendoring one service would build it.
@@ -125,11 +139,29 @@ redis-deps:
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			echo "redis-deps: apt-get install redis-server"; log=$$(mktemp); \
 			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server; } >$$log 2>&1 \
-				|| { cat $$log; echo "redis-deps: apt-get install redis-server failed" >&2; exit 1; }; \
+				|| { cat $$log; rm -f $$log; echo "redis-deps: apt-get install redis-server failed" >&2; exit 1; }; \
 			rm -f $$log; \
 		else \
 			echo "redis-deps: the Redis cache tests need redis-server on PATH: apt-get install -y redis-server (as root)" >&2; exit 1; \
 		fi; }
+
+# The race detector needs cgo and so a C compiler, which a machine with only Go lacks (go
+# then turns cgo off and -race fails); race-deps installs gcc (apt-get, as root).
+.PHONY: race-deps
+unit: race-deps
+
+## race-deps: install gcc (apt-get, as root) for go test -race
+race-deps:
+	@cc=$$(go env CC); command -v "$${cc%% *}" >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "race-deps: apt-get install gcc libc6-dev"; log=$$(mktemp); \
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev; } >$$log 2>&1 \
+				|| { cat $$log; rm -f $$log; echo "race-deps: apt-get install gcc libc6-dev failed" >&2; exit 1; }; \
+			rm -f $$log; \
+		else \
+			echo "race-deps: go test -race needs a C compiler ($$cc) on PATH: apt-get install -y gcc libc6-dev (as root)" >&2; exit 1; \
+		fi; }; \
+	[ "$$(go env CGO_ENABLED)" = 1 ] || { echo "race-deps: go test -race needs cgo: unset CGO_ENABLED (it is $$(go env CGO_ENABLED))" >&2; exit 1; }
 
 # fuzz runs every fuzz target briefly on top of its seed corpus (the seeds already run
 # in unit); `make fuzz FUZZTIME=5m` digs deeper. scripts/fuzz.sh repeats a run once
@@ -161,12 +193,21 @@ bench:
 ## tools: install pinned buf and protoc plugins into .tools/bin (cached between runs)
 tools: $(TOOLS_DIR)/buf $(TOOLS_DIR)/protoc-gen-go $(TOOLS_DIR)/protoc-gen-go-grpc
 
-$(TOOLS_DIR)/buf:
+# Each tool depends on a stamp named for its pinned version, so a new pin reinstalls a
+# tool that .tools/bin already holds (else gen/ would be checked with the old one).
+$(TOOLS_DIR)/.version-%:
+	@mkdir -p $(TOOLS_DIR); rm -f $(TOOLS_DIR)/.version-$(firstword $(subst @, ,$*))@*; touch $@
+
+$(TOOLS_DIR)/buf: $(TOOLS_DIR)/.version-buf@$(BUF_VERSION)
 	@echo "installing buf $(BUF_VERSION) (a few minutes on a cold machine)"
 	GOBIN=$(TOOLS_DIR) go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
-$(TOOLS_DIR)/staticcheck:
+	@touch $@
+$(TOOLS_DIR)/staticcheck: $(TOOLS_DIR)/.version-staticcheck@$(STATICCHECK_VERSION)
 	GOBIN=$(TOOLS_DIR) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
-$(TOOLS_DIR)/protoc-gen-go:
+	@touch $@
+$(TOOLS_DIR)/protoc-gen-go: $(TOOLS_DIR)/.version-protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(TOOLS_DIR) go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
-$(TOOLS_DIR)/protoc-gen-go-grpc:
+	@touch $@
+$(TOOLS_DIR)/protoc-gen-go-grpc: $(TOOLS_DIR)/.version-protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	GOBIN=$(TOOLS_DIR) go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	@touch $@

@@ -23,6 +23,7 @@ if ! command -v protoc >/dev/null || ! command -v grpc_python_plugin >/dev/null 
 		log=$(mktemp)
 		if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${apt_packages[@]}"; } >"$log" 2>&1; then
 			cat "$log" >&2
+			rm -f "$log"
 			echo "client-deps: apt-get install failed" >&2
 			exit 1
 		fi
