@@ -353,6 +353,7 @@ func closeBlocks(s string) string {
 		h     htmlBlock
 		inF   bool
 		inH   bool
+		ind   string // indentation of the line that opened the block
 		lines = strings.Split(s, "\n")
 	)
 	for _, l := range lines {
@@ -362,6 +363,7 @@ func closeBlocks(s string) string {
 		case inH:
 			inH = !h.closedBy(l)
 		default:
+			ind = l[:len(l)-len(strings.TrimLeft(l, " "))]
 			if f, inF = openFence(l); inF {
 				continue
 			}
@@ -371,12 +373,17 @@ func closeBlocks(s string) string {
 			}
 		}
 	}
+	// The closer is indented as the opener was: a block opened inside a list item
+	// ("1. Run:\n\n   ```sh") is closed only by a line the item continues; a closer at
+	// column 0 ends the item instead and, for a fence, opens a new one that swallows the
+	// rest of the answer (its Sources and Gaps) as code. An indentation of at most three
+	// spaces closes a block outside a list too.
 	var closer string
 	switch {
 	case inF:
-		closer = f.String()
+		closer = ind + f.String()
 	case inH:
-		closer = h.end
+		closer = ind + h.end
 	default:
 		return s
 	}
@@ -414,12 +421,27 @@ func demoteHeadings(content string) string {
 	lines := strings.SplitAfter(content, "\n")
 	out := make([]string, 0, len(lines))
 	var f fence
-	inFence := false
+	var h htmlBlock
+	inFence, inHTML := false, false
 	para := -1         // index in out of the first line of the open paragraph, -1 if none
 	container := false // since the last blank line, lines continue a list item, quote or HTML
 	for _, l := range lines {
 		if inFence {
-			inFence = !f.closedBy(l)
+			if f.closedBy(l) {
+				// A list item or quote whose last block is code is no paragraph a line
+				// can continue lazily: the next line at its left starts a paragraph.
+				inFence, container = false, false
+			}
+			out = append(out, l)
+			continue
+		}
+		if inHTML {
+			// An HTML block of the kinds htmlBlock describes runs to the line that holds
+			// its end text, blank lines included, and ends there: the next line starts a
+			// paragraph of its own, which an underline makes a heading.
+			if h.closedBy(l) {
+				inHTML, para, container = false, -1, false
+			}
 			out = append(out, l)
 			continue
 		}
@@ -446,14 +468,23 @@ func demoteHeadings(content string) string {
 			out = append(out, l)
 			continue
 		}
+		if g, rest, ok := openHTML(l); ok {
+			// Not a container up to the next blank line (containerRe's "<", for the other
+			// HTML blocks): a comment or <pre> ends at its end text, and "<!-- x -->\nTitle\n==="
+			// is a level-one heading the answer must demote.
+			h, inHTML, para, container = g, !g.closedBy(rest), -1, false
+			out = append(out, l)
+			continue
+		}
 		if level := atxLevel(trimmed); level > 0 {
 			out = append(out, strings.Repeat("#", min(level+3, 6))+trimmed[level:])
-			para = -1
+			// A heading is no paragraph either, and one at the left ends a list or quote.
+			para, container = -1, false
 			continue
 		}
 		switch {
 		case ruleRe.MatchString(body):
-			para = -1
+			para, container = -1, false // as for a heading
 		case containerRe.MatchString(body):
 			para, container = -1, true
 		case para < 0 && !container:

@@ -120,6 +120,12 @@ func TestDirectKeepsTheAnswerSections(t *testing.T) {
 			[]string{"raw output\n</pre>\n\n## Sources"}, nil},
 		{"a fence inside a longer fence", "````md\n```\n````\n\n# Heading\n",
 			[]string{"#### Heading\n"}, []string{"\n# Heading\n", "```\n\n## Sources"}},
+		// A closer at column 0 would end the list item and open a fence that turns the
+		// Sources and Gaps into code.
+		{"an unclosed fence in a list item is closed in the item", "1. Run:\n\n   ```sh\n   kubectl get pods\n",
+			[]string{"   kubectl get pods\n   ```\n\n## Sources"}, []string{"\n```\n\n## Sources"}},
+		{"a setext heading after a comment is demoted", "<!-- reviewed -->\nSources\n=======\n\n- `fake/path.md`\n",
+			[]string{"#### Sources\n"}, []string{"\nSources\n=======\n"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -177,7 +183,7 @@ func TestCloseBlocks(t *testing.T) {
 		{"an open comment is closed before the truncation marker", "<!-- draft\nnotes\n\n" + truncatedMarker,
 			"<!-- draft\nnotes\n-->\n\n" + truncatedMarker},
 		{"an inline comment opens no block", "text <!-- open\n\nb", "text <!-- open\n\nb"},
-		{"an open pre is closed", "  <PRE class=x>\nout", "  <PRE class=x>\nout\n</pre>"},
+		{"an open pre is closed", "  <PRE class=x>\nout", "  <PRE class=x>\nout\n  </pre>"},
 		{"a pre closed on its line is left alone", "<pre>x</pre>\nb", "<pre>x</pre>\nb"},
 		{"a preamble tag is no pre", "<preamble>\nb", "<preamble>\nb"},
 		{"an open script, style, textarea", "<script>\nx", "<script>\nx\n</script>"},
@@ -187,6 +193,14 @@ func TestCloseBlocks(t *testing.T) {
 		{"indented four spaces is code", "    <!-- x\nb", "    <!-- x\nb"},
 		{"a comment inside a fence is code", "```\n<!-- x\n```\nb", "```\n<!-- x\n```\nb"},
 		{"a fence inside a comment is HTML", "<!-- x\n```\n-->\nb", "<!-- x\n```\n-->\nb"},
+		// A block opened inside a list item is closed inside it: a closer at column 0
+		// ends the item and, for a fence, opens a new one that runs to the end of the
+		// answer (CommonMark: fenced code is no lazy continuation).
+		{"a fence in a list item is closed in the item", "1. Run:\n\n   ```sh\n   kubectl get pods",
+			"1. Run:\n\n   ```sh\n   kubectl get pods\n   ```"},
+		{"a fence in a list item is closed in the item before the truncation marker", "- Run:\n\n  ```\n  ls\n\n" + truncatedMarker,
+			"- Run:\n\n  ```\n  ls\n  ```\n\n" + truncatedMarker},
+		{"a comment in a list item is closed in the item", "- a\n\n  <!-- x\n  y", "- a\n\n  <!-- x\n  y\n  -->"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -347,6 +361,18 @@ func TestDemoteHeadings(t *testing.T) {
 		{"a spaced rule is no underline", "text\n- - -", "text\n- - -"},
 		{"an underline in fenced code is code", "```\nFoo\n---\n```", "```\nFoo\n---\n```"},
 		{"an underline after indented code is a rule", "    code\n---", "    code\n---"},
+		// HTML blocks that end at their end text (CommonMark kinds 1 to 5): the line after
+		// the end starts a paragraph, and an underline makes it a heading.
+		{"a setext heading after a comment line", "<!-- note -->\nTitle\n===\n", "<!-- note -->\n#### Title\n"},
+		{"a setext heading after a comment of several lines", "<!-- a\nb -->\nTitle\n---\n", "<!-- a\nb -->\n##### Title\n"},
+		{"an underline inside a pre block is its text", "<pre>\n\nText\n===\n</pre>\n", "<pre>\n\nText\n===\n</pre>\n"},
+		{"a heading inside a comment is its text", "<!--\n\n# x\n\n-->\n", "<!--\n\n# x\n\n-->\n"},
+		// A list item or quote continues lazily only a paragraph: after its code, a
+		// heading or a rule, a line at the left is a paragraph of its own.
+		{"an underline after code in a list item is a heading", "- Step:\n  ```\n  code\n  ```\nAfter\n---\n",
+			"- Step:\n  ```\n  code\n  ```\n##### After\n"},
+		{"an underline after a heading that ended a list", "1) x\n# T\nAfter\n---\n", "1) x\n#### T\n##### After\n"},
+		{"an underline after a rule that ended a list", "- a\n***\ntext\n---\n", "- a\n***\n##### text\n"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

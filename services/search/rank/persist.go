@@ -218,6 +218,15 @@ func (d *corpusReader) corpus(key string) (*Corpus, error) {
 	if d.err == nil && len(d.b) > 0 {
 		d.err = fmt.Errorf("read corpus: %d bytes after the documents", len(d.b))
 	}
+	// WriteTo leaves out the stems no document holds: one here is damage, and accepted it
+	// would widen Near's alphabet and read back (written again) as another corpus.
+	if d.err == nil {
+		for s, id := range c.vocab {
+			if c.df[id] == 0 {
+				return nil, fmt.Errorf("read corpus: stem %q in no document", s)
+			}
+		}
+	}
 	if d.err != nil {
 		return nil, d.err
 	}

@@ -266,10 +266,17 @@ func (c Config) Rank(now time.Time, corpus *Corpus, stems []string, cands []Cand
 			r.Relevance = math.Pow(r.Coverage, c.CoverageExponent) * evidence[i] / (e1 + c.Crowding*crowd)
 		}
 		if idfSum > 0 {
-			r.Strength = max(r.EngineScore, 0) / idfSum
+			// evidenceOf, not max(·, 0): Go's max passes NaN, and a NaN or infinite
+			// Strength passed the gate's DirectMinStrength check (NaN < x is false).
+			r.Strength = evidenceOf(r.EngineScore) / idfSum
 		}
 		sig := signal(r.Doc)
 		r.Importance = min(max(sig.Importance, 0), 100)
+		if math.IsNaN(r.Importance) {
+			// min and max pass NaN too: a NaN score sorted anywhere and made the gap
+			// filter's floor NaN, which dropped every result but the most relevant.
+			r.Importance = 0
+		}
 		r.Recency = c.recency(now, r.Doc.Updated)
 		r.Boost = c.boost(sig.Maturity)
 		r.Score = c.compound(r.Relevance, r.Importance, r.Recency, r.Boost)

@@ -655,3 +655,41 @@ func paths(rs []Result) []string {
 	}
 	return out
 }
+
+// TestRankNonFiniteInputs: an engine score or a runtime importance that is NaN or
+// infinite (a backend's or a signal source's bug) makes no score, relevance or strength
+// non-finite, and costs no other result its place.
+func TestRankNonFiniteInputs(t *testing.T) {
+	a, b := doc("a/x.md"), doc("a/y.md")
+	a.Content, b.Content = "alpha beta", "alpha"
+	corpus := NewCorpus([]*tree.Document{a, b})
+	for _, tc := range []struct {
+		name   string
+		scores [2]float64
+		imp    float64
+		want   int // results kept: a non-finite engine score is no evidence
+	}{
+		{"NaN engine score", [2]float64{math.NaN(), 1}, 50, 1},
+		{"infinite engine score", [2]float64{math.Inf(1), 1}, 50, 1},
+		// No finite positive score: the engine did not rank, every result ties.
+		{"NaN engine score in a tie", [2]float64{math.NaN(), 0}, 50, 2},
+		{"infinite engine score in a tie", [2]float64{math.Inf(1), 0}, 50, 2},
+		{"NaN importance", [2]float64{2, 1.9}, math.NaN(), 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cands := []Candidate{{Doc: a, EngineScore: tc.scores[0]}, {Doc: b, EngineScore: tc.scores[1]}}
+			rs := DefaultConfig().Rank(now, corpus, []string{"alpha"}, cands,
+				func(*tree.Document) Signal { return Signal{Importance: tc.imp} }, noSummaries)
+			if len(rs) != tc.want {
+				t.Errorf("got %d results, want %d", len(rs), tc.want)
+			}
+			for _, r := range rs {
+				for name, v := range map[string]float64{"Score": r.Score, "Relevance": r.Relevance, "Strength": r.Strength, "Importance": r.Importance} {
+					if math.IsNaN(v) || math.IsInf(v, 0) {
+						t.Errorf("%s: %s = %v", r.Doc.Path, name, v)
+					}
+				}
+			}
+		})
+	}
+}

@@ -479,24 +479,22 @@ func parseDocument(p string, data []byte, mtime time.Time, rootName string, cfg 
 // firstHeading returns the text of the first level-one ATX heading ("# Title") outside
 // fenced code blocks, where "# " usually starts a shell comment.
 func firstHeading(content string) string {
-	fence := ""
+	var f codeFence
+	in := false
 	for line := range strings.Lines(content) {
 		line = strings.TrimRight(line, "\r\n")
 		trimmed := strings.TrimLeft(line, " ")
 		if len(line)-len(trimmed) > 3 {
 			continue // indented code
 		}
-		if fence != "" {
-			if strings.HasPrefix(trimmed, fence) {
-				fence = ""
-			}
+		if in {
+			in = !f.closedBy(trimmed)
 			continue
 		}
-		if strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~") {
-			fence = trimmed[:3]
+		if f, in = openCodeFence(trimmed); in {
 			continue
 		}
-		if rest, ok := strings.CutPrefix(trimmed, "# "); ok {
+		if rest, ok := cutHeadingMark(trimmed); ok {
 			rest = strings.TrimSpace(rest)
 			// A closing sequence of #s is not part of the heading.
 			if t := strings.TrimRight(rest, "#"); t != rest && (t == "" || strings.HasSuffix(t, " ")) {
@@ -508,6 +506,15 @@ func firstHeading(content string) string {
 		}
 	}
 	return ""
+}
+
+// cutHeadingMark returns the text of a level-one ATX heading line after its "#": the
+// mark is followed by a space or a tab (CommonMark), so "#\tTitle" is a heading too.
+func cutHeadingMark(trimmed string) (string, bool) {
+	if rest, ok := strings.CutPrefix(trimmed, "#"); ok && rest != "" && (rest[0] == ' ' || rest[0] == '\t') {
+		return rest, true
+	}
+	return "", false
 }
 
 // fallbackTitle names a document after its file: "rotation.md" → "rotation", a stub
