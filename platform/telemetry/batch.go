@@ -69,7 +69,11 @@ func batcherConfigFromEnv(getenv func(string) string, delay time.Duration) (batc
 			continue
 		}
 		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 {
+		// The export timeout may be 0: the specification's "timeout" type, where 0 is no
+		// limit, as the SDK's processor reads it (export). The others must be positive:
+		// a schedule delay of 0 would wake the batcher without pause.
+		zeroOK := v.name == "OTEL_BSP_EXPORT_TIMEOUT" && n == 0
+		if err != nil || n <= 0 && !zeroOK {
 			return c, fmt.Errorf("%s=%q: want a positive whole number", v.name, s)
 		}
 		if v.ms != nil {
@@ -78,8 +82,11 @@ func batcherConfigFromEnv(getenv func(string) string, delay time.Duration) (batc
 			*v.n = n
 		}
 	}
-	// As the SDK: a batch is never larger than the queue.
-	c.maxBatch = min(c.maxBatch, c.maxQueue)
+	// As the SDK (NewBatchSpanProcessor): a batch is never larger than the queue, and
+	// one asked to be is the default batch size, or the queue's when that is smaller.
+	if c.maxBatch > c.maxQueue {
+		c.maxBatch = min(sdktrace.DefaultMaxExportBatchSize, c.maxQueue)
+	}
 	return c, nil
 }
 
@@ -203,7 +210,7 @@ func (q *sliceQueue) export(ctx context.Context, max int, timeout time.Duration)
 	var errs []error
 	for i := 0; i < len(q.spans); i += max {
 		batch := q.spans[i:min(i+max, len(q.spans))]
-		ctx, cancel := context.WithTimeout(ctx, timeout)
+		ctx, cancel := exportContext(ctx, timeout)
 		if err := q.exp.ExportSpans(ctx, batch); err != nil {
 			errs = append(errs, err)
 		}
@@ -232,7 +239,7 @@ func (q *encodedQueue) len() int       { return q.enc.len() }
 func (q *encodedQueue) export(ctx context.Context, max int, timeout time.Duration) error {
 	var errs []error
 	for i := 0; i < q.enc.len(); i += max {
-		ctx, cancel := context.WithTimeout(ctx, timeout)
+		ctx, cancel := exportContext(ctx, timeout)
 		if err := q.exp.upload(ctx, q.enc.finish(i, min(i+max, q.enc.len()))); err != nil {
 			errs = append(errs, err)
 		}
@@ -240,6 +247,17 @@ func (q *encodedQueue) export(ctx context.Context, max int, timeout time.Duratio
 	}
 	q.enc.reset()
 	return errors.Join(errs...)
+}
+
+// exportContext is ctx within the export timeout of one batch. A timeout of 0 is no
+// limit (OTEL_BSP_EXPORT_TIMEOUT=0, as the specification and the SDK's processor read
+// it): context.WithTimeout would give a context already past its deadline, and every
+// export would fail.
+func exportContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, timeout)
 }
 
 // ForceFlush exports every span ended so far and returns when that is done or ctx is.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quarry-router/quarry/platform/telemetry/otlptest"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -242,5 +243,66 @@ func TestBatcherConfigFromEnv(t *testing.T) {
 				t.Errorf("got %+v, %v; want %+v", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// deadlineExporter refuses a batch whose context is already done, as otlptrace's
+// clients do.
+type deadlineExporter struct{ batchRecorder }
+
+func (e *deadlineExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return e.batchRecorder.ExportSpans(ctx, spans)
+}
+
+// OTEL_BSP_EXPORT_TIMEOUT is a timeout in the specification's sense: 0 means no limit
+// (the SDK's processor sets no deadline then). It was refused, so a deployment that
+// set it did not start; and a batcher given 0 exported every batch with a context
+// already past its deadline, losing them all.
+func TestBatcherExportTimeoutZeroIsNoLimit(t *testing.T) {
+	env := map[string]string{"OTEL_BSP_EXPORT_TIMEOUT": "0"}
+	c, err := batcherConfigFromEnv(func(k string) string { return env[k] }, time.Second)
+	if err != nil || c.timeout != 0 {
+		t.Fatalf("OTEL_BSP_EXPORT_TIMEOUT=0: got timeout %v, error %v; want 0 (no limit) and no error", c.timeout, err)
+	}
+	for _, enc := range []bool{false, true} {
+		var exp sdktrace.SpanExporter
+		r := &deadlineExporter{batchRecorder: *newBatchRecorder()}
+		exp = r
+		col := otlptest.Start(t)
+		if enc { // the OTLP exporter's queue, which encodes spans as they end
+			exp = quarryExporter(t, col.Endpoint())
+		}
+		c.delay = time.Hour
+		b := newBatcher(exp, c)
+		b.OnEnd(testSpan(true))
+		b.OnEnd(testSpan(true))
+		if err := b.ForceFlush(context.Background()); err != nil {
+			t.Errorf("encoded %v: ForceFlush: %v", enc, err)
+		}
+		if err := b.Shutdown(context.Background()); err != nil {
+			t.Errorf("encoded %v: Shutdown: %v", enc, err)
+		}
+		n := 0
+		if enc {
+			n, _ = col.Count("")
+		} else {
+			_, n = r.got()
+		}
+		if n != 2 {
+			t.Errorf("encoded %v: %d spans exported, want 2", enc, n)
+		}
+	}
+}
+
+// A batch size larger than the queue is the SDK's default batch size, or the queue's
+// when that is smaller (NewBatchSpanProcessor), not the queue's size.
+func TestBatcherConfigCapsTheBatchAsTheSDKDoes(t *testing.T) {
+	env := map[string]string{"OTEL_BSP_MAX_QUEUE_SIZE": "1000", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "5000"}
+	c, err := batcherConfigFromEnv(func(k string) string { return env[k] }, time.Second)
+	if err != nil || c.maxQueue != 1000 || c.maxBatch != 512 {
+		t.Errorf("got queue %d, batch %d, error %v; want 1000, 512 (the SDK's)", c.maxQueue, c.maxBatch, err)
 	}
 }

@@ -7,9 +7,11 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/quarry-router/quarry/platform/telemetry/otlptest"
 	"go.opentelemetry.io/otel"
@@ -22,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -320,5 +323,106 @@ func TestExporterListsSendToEach(t *testing.T) {
 	}
 	if got := col.Metrics(); got["quarry.test.calls"] == 0 {
 		t.Errorf("OTEL_METRICS_EXPORTER=prometheus,otlp pushed no metrics over OTLP (%v)", got)
+	}
+}
+
+// A string with invalid UTF-8 (a file name in Latin-1, an error message cut mid-rune)
+// made the whole request undecodable: protobuf strings must be UTF-8, and a receiver
+// that checks (Go's protobuf, gRPC's codec) refused every span of the batch with it.
+// The encoder sends such a string with U+FFFD in place of each bad sequence, as the
+// OTLP specification recommends; the other spans arrive unchanged.
+func TestEncoderMakesStringsValidUTF8(t *testing.T) {
+	const bad = "top\xff/r\xc3\xa9sum\xe9.md" // a valid é, then a Latin-1 é
+	fixed := strings.ToValidUTF8(bad, "\uFFFD")
+	start := time.Unix(1_790_000_000, 0)
+	stub := tracetest.SpanStub{
+		Name:        bad,
+		SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled}),
+		StartTime:   start, EndTime: start.Add(time.Millisecond),
+		Attributes: []attribute.KeyValue{
+			attribute.String("quarry.top_path", bad), attribute.String(bad, "key"),
+			attribute.StringSlice("terms", []string{"ok", bad}),
+			{Key: "map", Value: attribute.MapValue(attribute.String("k", bad))},
+		},
+		Events:               []sdktrace.Event{{Name: bad, Time: start, Attributes: []attribute.KeyValue{attribute.String("e", bad)}}},
+		Links:                []sdktrace.Link{{SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{2}, SpanID: trace.SpanID{2}}), Attributes: []attribute.KeyValue{attribute.String("l", bad)}}},
+		Status:               sdktrace.Status{Code: codes.Error, Description: bad},
+		Resource:             resource.NewSchemaless(attribute.String("service.name", bad)),
+		InstrumentationScope: instrumentation.Scope{Name: bad, Version: bad, Attributes: attribute.NewSet(attribute.String("s", bad))},
+	}
+	good := stub
+	good.Name, good.Events, good.Links = "fine", nil, nil
+	good.Attributes = []attribute.KeyValue{attribute.String("quarry.top_path", "résumé ✓.md")} // UTF-8, not ASCII: kept as it is
+	good.Status = sdktrace.Status{}
+
+	col := otlptest.Start(t)
+	exp := quarryExporter(t, col.Endpoint())
+	if err := exp.ExportSpans(context.Background(), []sdktrace.ReadOnlySpan{good.Snapshot(), stub.Snapshot()}); err != nil {
+		t.Fatalf("the collector refused the batch: %v", err)
+	}
+	reqs := col.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests arrived, want 1", len(reqs))
+	}
+	var got []string
+	var walkValue func(v *commonpb.AnyValue)
+	walkKV := func(kvs []*commonpb.KeyValue) {
+		for _, kv := range kvs {
+			got = append(got, kv.GetKey())
+			walkValue(kv.GetValue())
+		}
+	}
+	walkValue = func(v *commonpb.AnyValue) {
+		switch x := v.GetValue().(type) {
+		case *commonpb.AnyValue_StringValue:
+			got = append(got, x.StringValue)
+		case *commonpb.AnyValue_ArrayValue:
+			for _, e := range x.ArrayValue.GetValues() {
+				walkValue(e)
+			}
+		case *commonpb.AnyValue_KvlistValue:
+			walkKV(x.KvlistValue.GetValues())
+		}
+	}
+	spans := 0
+	for _, rs := range reqs[0].GetResourceSpans() {
+		walkKV(rs.GetResource().GetAttributes())
+		for _, ss := range rs.GetScopeSpans() {
+			got = append(got, ss.GetScope().GetName(), ss.GetScope().GetVersion())
+			walkKV(ss.GetScope().GetAttributes())
+			for _, sp := range ss.GetSpans() {
+				spans++
+				got = append(got, sp.GetName(), sp.GetStatus().GetMessage())
+				walkKV(sp.GetAttributes())
+				for _, ev := range sp.GetEvents() {
+					got = append(got, ev.GetName())
+					walkKV(ev.GetAttributes())
+				}
+				for _, l := range sp.GetLinks() {
+					walkKV(l.GetAttributes())
+				}
+			}
+		}
+	}
+	if spans != 2 {
+		t.Errorf("%d spans arrived, want 2", spans)
+	}
+	n := 0
+	if !slices.Contains(got, "résumé ✓.md") {
+		t.Errorf("the valid non-ASCII value did not arrive as it was: %q", got)
+	}
+	for _, s := range got {
+		if s == fixed {
+			n++
+		}
+		if !utf8.ValidString(s) {
+			t.Errorf("%q arrived, not UTF-8", s)
+		}
+	}
+	// Every place the bad string was put: resource, scope name, version and attribute,
+	// span name, status, four attributes (a key among them), the event's name and
+	// attribute, the link's attribute.
+	if n != 13 {
+		t.Errorf("%d strings arrived as %q, want 13: %q", n, fixed, got)
 	}
 }

@@ -2,7 +2,9 @@ package telemetry
 
 import (
 	"math"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -395,7 +397,7 @@ func appendDouble(b []byte, v float64) []byte {
 
 func appendStringValue(b []byte, v string) []byte {
 	b = protowire.AppendTag(b, fAnyString, protowire.BytesType)
-	return protowire.AppendString(b, v)
+	return protowire.AppendString(b, validUTF8(v))
 }
 
 // Proto3 leaves scalars that are zero off the wire; so do these.
@@ -404,7 +406,36 @@ func appendString(b []byte, num protowire.Number, s string) []byte {
 		return b
 	}
 	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendString(b, s)
+	return protowire.AppendString(b, validUTF8(s))
+}
+
+// validUTF8 is s with each run of bytes that is not UTF-8 replaced by U+FFFD. Every
+// string field of OTLP is a protobuf string, which must be UTF-8: a receiver that
+// checks (Go's protobuf, gRPC's codec) refuses the whole request, every span of the
+// batch, for one file name or error message that is not (otlptrace cannot marshal such
+// a batch at all). The replacement character is what OpenTelemetry recommends
+// (opentelemetry-proto#845). A valid string, every string in practice, is not copied.
+func validUTF8(s string) string {
+	if isASCII(s) || utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// isASCII reports whether s is all ASCII, eight bytes at a time and without a branch
+// per word: for a span's short keys and values, a few times faster than
+// utf8.ValidString, which validUTF8 leaves to strings that are not.
+func isASCII(s string) bool {
+	var or uint64
+	for len(s) >= 8 {
+		or |= uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+			uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+		s = s[8:]
+	}
+	for i := 0; i < len(s); i++ {
+		or |= uint64(s[i])
+	}
+	return or&0x8080808080808080 == 0
 }
 
 func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
