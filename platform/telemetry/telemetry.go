@@ -30,6 +30,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -503,9 +504,14 @@ func (t *Telemetry) ForceFlush(ctx context.Context) error {
 
 // Shutdown flushes and stops the providers.
 func (t *Telemetry) Shutdown(ctx context.Context) error {
+	// Both at once, each within ctx: one after the other, a trace collector that never
+	// answered took the whole deadline, and the meter's last push was lost with it.
 	var terr error
+	var wg sync.WaitGroup
 	if t.tracer != nil {
-		terr = t.tracer.Shutdown(ctx)
+		wg.Go(func() { terr = t.tracer.Shutdown(ctx) })
 	}
-	return errors.Join(terr, t.meter.Shutdown(ctx))
+	merr := t.meter.Shutdown(ctx)
+	wg.Wait()
+	return errors.Join(terr, merr)
 }

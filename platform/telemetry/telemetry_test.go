@@ -180,19 +180,7 @@ func TestOTLPEndpointExportsSpans(t *testing.T) {
 			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", tt.protocol)
 			t.Setenv("OTEL_METRICS_EXPORTER", "")
 			t.Setenv("OTEL_SERVICE_NAME", "")
-			tel, err := Setup(context.Background(), Config{Service: "quarry-test"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer otel.SetTracerProvider(noop.NewTracerProvider())
-			defer otel.SetMeterProvider(metricnoop.NewMeterProvider())
-			_, span := otel.Tracer("test").Start(context.Background(), "op")
-			span.End()
-			calls, err := otel.Meter("test").Int64Counter("quarry.test.calls")
-			if err != nil {
-				t.Fatal(err)
-			}
-			calls.Add(context.Background(), 1)
+			tel, span := setupAndRecord(t)
 			// Shutdown flushes the batch and the metrics: both are at the collector
 			// when it returns.
 			if err := tel.Shutdown(context.Background()); err != nil {
@@ -206,6 +194,62 @@ func TestOTLPEndpointExportsSpans(t *testing.T) {
 				t.Errorf("collector received metrics %v, want quarry.test.calls among them", got)
 			}
 		})
+	}
+}
+
+// setupAndRecord sets telemetry up from the environment for the service quarry-test,
+// ends one span "op" and counts one quarry.test.calls; the global providers are reset
+// when the test ends.
+func setupAndRecord(t *testing.T) (*Telemetry, trace.Span) {
+	t.Helper()
+	tel, err := Setup(context.Background(), Config{Service: "quarry-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		otel.SetTracerProvider(noop.NewTracerProvider())
+		otel.SetMeterProvider(metricnoop.NewMeterProvider())
+	})
+	_, span := otel.Tracer("test").Start(context.Background(), "op")
+	span.End()
+	calls, err := otel.Meter("test").Int64Counter("quarry.test.calls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls.Add(context.Background(), 1)
+	return tel, span
+}
+
+// A trace collector that never answers does not cost the metrics their last push at
+// exit: the tracer and the meter are shut down at once, each within the deadline.
+func TestAStuckTraceCollectorLeavesTheMetricsTheirShutdown(t *testing.T) {
+	stuck, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
+	go func() {
+		// Takes connections and never speaks: the exporter's call waits for its deadline.
+		for {
+			c, err := stuck.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	col := otlptest.Start(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://"+stuck.Addr().String())
+	t.Setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", col.Endpoint())
+	t.Setenv("OTEL_METRICS_EXPORTER", "")
+	tel, _ := setupAndRecord(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := tel.Shutdown(ctx); err == nil {
+		t.Error("Shutdown = nil, want the trace export's failure")
+	}
+	if got := col.Metrics(); got["quarry.test.calls"] == 0 {
+		t.Errorf("collector received metrics %v, want quarry.test.calls among them", got)
 	}
 }
 
