@@ -812,8 +812,12 @@ func (r *Registry) write(ctx context.Context, id string, create bool, plan plann
 		undo()
 		if errors.Is(err, errRebuild) {
 			// The index may hold part of the write: rebuild it from the folder, which
-			// is back as it was.
-			if _, lerr := r.loadLocked(wctx, id, cur.Tree.Root); lerr != nil {
+			// is back as it was. With time of its own, as the undo has: on wctx, past
+			// its deadline when the write ran out of -write-timeout, the rebuild failed
+			// at once and the half-written index was searched until the repair.
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Write.Timeout)
+			defer rcancel()
+			if _, lerr := r.loadLocked(rctx, id, cur.Tree.Root); lerr != nil {
 				r.log.Error("rebuild after a failed write; retrying in the background", "kb", id, "err", lerr)
 				r.repairLocked(id, cur.Tree.Root, 0)
 			}

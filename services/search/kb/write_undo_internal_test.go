@@ -246,3 +246,59 @@ func nextStart(t *testing.T, cfg Config, root string) *KB {
 	}
 	return k
 }
+
+// lateHalfWriter is an engine whose write changes the index, then takes longer than a
+// write may (-write-timeout), and whose undo fails: the index holds part of a write
+// that ran out of time.
+type lateHalfWriter struct {
+	engine.Backend
+	w     engine.Writer
+	calls int
+}
+
+func (l *lateHalfWriter) Apply(ctx context.Context, changes []engine.Change) error {
+	if l.calls++; l.calls == 1 {
+		if err := l.w.Apply(ctx, changes); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return errors.New("the engine broke mid-undo")
+}
+
+// A write that ran out of time and could not be undone is rebuilt from the folder before
+// the write returns, as one that failed otherwise is: the rebuild has time of its own
+// too. On the write's context, already past its deadline, it failed at once, and the
+// knowledge base searched the half-written index until the background repair.
+func TestAWriteOutOfTimeNotUndoneIsRebuiltAtOnce(t *testing.T) {
+	root, _, reg := oneFileKB(t, "# A\n\nPools of connections.\n", "-write-timeout", "100ms")
+	ctx := context.Background()
+	k, err := reg.Load(ctx, "docs", root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := &lateHalfWriter{Backend: k.Engine, w: k.Engine.(engine.Writer)}
+	k.Engine = late
+	if _, err := reg.UpsertFile(ctx, "docs", "b.md", []byte("# B\n\nThe zorblatt sizer.\n")); !errors.Is(err, ErrEngine) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a write past -write-timeout = %v, want ErrEngine (deadline exceeded)", err)
+	}
+	if late.calls != 2 {
+		t.Fatalf("the engine was asked %d times, want the write and its undo", late.calls)
+	}
+	reg.loadMu.Lock()
+	_, repairing := reg.repairs["docs"]
+	reg.loadMu.Unlock()
+	now, err := reg.Get("docs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits, err := now.Engine.Search(ctx, engine.Query{Terms: []string{"zorblatt"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if repairing || now.ref == k.ref || len(hits) > 0 {
+		t.Errorf("after the write: repair pending %v, same index %v, %d hits for the undone write; want the index rebuilt at once",
+			repairing, now.ref == k.ref, len(hits))
+	}
+}
