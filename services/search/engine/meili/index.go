@@ -248,7 +248,11 @@ func (ix *Index) settings() *meilisearch.Settings {
 		// The content is displayed only so that a search can crop it (a passage); hits
 		// retrieve the path alone.
 		DisplayedAttributes:  []string{fieldID, fieldPath, fieldHash, fieldContent},
-		FilterableAttributes: []string{fieldArchived, fieldDomain, fieldFolderKeys, fieldSummary},
+		// folders stays filterable beside folder_keys for a release: search replicas of
+		// the previous one share the index during a rolling upgrade and scope their
+		// searches with `folders = "..."`, which Meilisearch refuses (invalid_search_filter)
+		// on an attribute that is not filterable.
+		FilterableAttributes: []string{fieldArchived, fieldDomain, fieldFolderKeys, fieldFolders, fieldSummary},
 		TypoTolerance: &meilisearch.TypoTolerance{
 			Enabled:             true,
 			MinWordSizeForTypos: meilisearch.MinWordSizeForTypos{OneTypo: int64(ix.cfg.OneTypo), TwoTypos: int64(ix.cfg.TwoTypos)},

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meilisearch/meilisearch-go"
 	"github.com/quarry-router/quarry/services/search/engine"
 	"github.com/quarry-router/quarry/services/search/engine/enginetest"
 	"github.com/quarry-router/quarry/services/search/engine/meili"
@@ -65,4 +66,22 @@ func TestAScopeFindsItsOwnFolderOnly(t *testing.T) {
 		defer ix.Close()
 		run(t, ix)
 	})
+}
+
+// During a rolling upgrade the previous release's search replicas share the index this
+// one set up, and scope their searches on folders by name: Meilisearch must still accept
+// that filter.
+func TestThePreviousReleasesScopeFilterStillWorks(t *testing.T) {
+	srv := meilitest.New(t, key)
+	ix := open(t, srv.URL, key, "kb", enginetest.Docs())
+	defer ix.Close()
+	c := meilisearch.New(srv.URL, meilisearch.WithAPIKey(key))
+	defer c.Close()
+	res, err := c.Index("quarry_kb").Search("", &meilisearch.SearchRequest{Filter: `folders = "auth/jwt"`, Limit: 10})
+	if err != nil {
+		t.Fatalf("a search scoped as the previous release scopes it: %v", err)
+	}
+	if len(res.Hits) == 0 {
+		t.Error("a search scoped to auth/jwt by folder name found nothing")
+	}
 }
