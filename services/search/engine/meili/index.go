@@ -247,7 +247,7 @@ func (ix *Index) settings() *meilisearch.Settings {
 		SearchableAttributes: []string{fieldTitle, fieldPathText, fieldContent},
 		// The content is displayed only so that a search can crop it (a passage); hits
 		// retrieve the path alone.
-		DisplayedAttributes:  []string{fieldID, fieldPath, fieldHash, fieldContent},
+		DisplayedAttributes: []string{fieldID, fieldPath, fieldHash, fieldContent},
 		// folders stays filterable beside folder_keys for a release: search replicas of
 		// the previous one share the index during a rolling upgrade and scope their
 		// searches with `folders = "..."`, which Meilisearch refuses (invalid_search_filter)
