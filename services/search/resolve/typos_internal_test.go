@@ -58,8 +58,9 @@ func TestTypoCorrectionTriesABoundedNumberOfWords(t *testing.T) {
 	}
 }
 
-// A question's searches ask Near about the same words: each is worked out once, and the
-// answers are Near's, whichever search asks first, in parallel or not.
+// A question's searches ask Near about the same words: once a word is worked out it is
+// never worked out again, and the answers are Near's, whichever search asks first, in
+// parallel or not (two first asks at once may both work it out).
 func TestNearIsWorkedOutOncePerWordOfAQuestion(t *testing.T) {
 	var mu sync.Mutex
 	calls := map[string]int{}
@@ -91,8 +92,5 @@ func TestNearIsWorkedOutOncePerWordOfAQuestion(t *testing.T) {
 	}
 	if !maps.Equal(calls, before) {
 		t.Errorf("asked again: %v calls, were %v", calls, before)
-	}
-	if len(calls) != 3 {
-		t.Errorf("worked out %v, want each of 3 stems", calls)
 	}
 }
