@@ -74,6 +74,7 @@ func TestCommandLineMistakes(t *testing.T) {
 		{"bench with a stray argument", []string{"bench", "10s"}, 2, `unexpected argument "10s"`},
 		{"devset with a stray argument", []string{"devset", "-out", genOut, "gostd"}, 2, `unexpected argument "gostd"`},
 		{"archive with a stray argument", []string{"archive", "-kb", "platform", "-suggest", "apply"}, 2, `unexpected argument "apply"`},
+		{"archive with a limit past int32", []string{"archive", "-kb", "platform", "-suggest", "-limit", "4294967297"}, 2, "-limit must be in [1,10000], got 4294967297"},
 		{"archive with no time", []string{"archive", "-kb", "platform", "-suggest", "-timeout", "0s"}, 2, "-timeout 0s: the deadline must be positive"},
 		{"key with a stray argument", []string{"key", "-name", "ci", "-kb", "platform", "write"}, 2, `unexpected argument "write"`},
 		// A missing or wrong -kb-root was "copy examples/kb ...: stat .: no such file or

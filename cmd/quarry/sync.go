@@ -230,6 +230,11 @@ func archiveCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := checkCallFlags(*timeout, *kbID); err != nil {
 		return err
 	}
+	// The service's bounds, checked before the conversion to the request's int32: a
+	// -limit past it wrapped round ("-limit 4294967297" listed one candidate).
+	if *limit < 1 || *limit > 10000 {
+		return usagef("-limit must be in [1,10000], got %d", *limit)
+	}
 	kc, closeConn, err := knowledgeClient(&srv)
 	if err != nil {
 		return err
