@@ -102,7 +102,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else if !validTarget(target) {
 		// As query's: "-addr 127.0.0.1" exited 1 with "missing port in address".
 		return usagef("-addr %q is not HOST:PORT", target)
-	} else if err := loopbackOnly(target); err != nil {
+	} else if err := loopbackOnly(ctx, target); err != nil {
 		return err
 	}
 	if *questions != "" {
@@ -154,17 +154,21 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // loopbackOnly refuses to load anything but this machine: a load generator pointed at a
 // shared deployment by mistake is an outage.
-func loopbackOnly(addr string) error {
+func loopbackOnly(ctx context.Context, addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("-addr %q: %w", addr, err)
 	}
-	ips, err := net.LookupIP(host)
+	// Within a deadline and Ctrl-C: a resolver that does not answer held the command
+	// for as long as the system's own retries took.
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
 	if err != nil {
 		return fmt.Errorf("-addr %q: %w", addr, err)
 	}
 	for _, ip := range ips {
-		if !ip.IsLoopback() {
+		if !ip.IP.IsLoopback() {
 			return fmt.Errorf("-addr %q is not a loopback address: quarry bench only loads this machine", addr)
 		}
 	}
