@@ -114,6 +114,7 @@ func TestCommandLineMistakes(t *testing.T) {
 		{"bench with no callers", []string{"bench", "-c", "0"}, 2, "-c must be in [1,1024]"},
 		{"bench with a mix of no kind", []string{"bench", "-mix", "repeat"}, 2, "want kind=weight"},
 		{"bench with no time", []string{"bench", "-addr", refused, "-timeout", "0"}, 2, "-timeout 0s: the deadline must be positive"},
+		{"bench of another machine", []string{"bench", "-addr", "192.0.2.1:7700"}, 1, `-addr "192.0.2.1:7700" is not a loopback address`},
 		{"bench of an address without a port", []string{"bench", "-addr", "127.0.0.1"}, 2, `-addr "127.0.0.1" is not HOST:PORT`},
 		{"bench with too few files", []string{"bench", "-files", "3"}, 2, "too few"},
 		{"genkb with too few files", []string{"genkb", "-out", genOut, "-files", "3"}, 2, "too few"},
