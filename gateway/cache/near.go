@@ -126,11 +126,15 @@ func (n *Near) Similar(ctx context.Context, kb string, gen uint64, tokens []stri
 // subset of what Redis holds, and while Redis is away new answers stay uncached here
 // too, as without copies.
 func (n *Near) Put(ctx context.Context, e *Entry) error {
+	// Read before the shared store's Put, which dates the entry (and its expiry) as it
+	// stores it: dated from the reply, the copy outlived the shared entry by the round
+	// trip (up to a probe's checkTimeout), serving it after Redis had let it expire.
+	now := n.now()
 	if err := n.far.Put(ctx, e); err != nil {
 		return err
 	}
 	c := *e
-	c.StoredAt = n.now()
+	c.StoredAt = now
 	n.keep(&c)
 	return nil
 }

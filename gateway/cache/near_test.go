@@ -224,3 +224,40 @@ func TestNearOutlivesAFlushedRedis(t *testing.T) {
 		t.Fatalf("Get a TTL later: %v, want ErrMiss", err)
 	}
 }
+
+// slowPut is a shared store whose Put is answered late: the clock moves on between the
+// moment the entry is stored (and its expiry set) and the moment Put returns.
+type slowPut struct {
+	cache.Store
+	clock   *cachetest.Clock
+	latency time.Duration
+}
+
+func (s *slowPut) Put(ctx context.Context, e *cache.Entry) error {
+	err := s.Store.Put(ctx, e)
+	s.clock.Advance(s.latency)
+	return err
+}
+
+// A copy made by Put must not outlive the shared entry: the shared store set that
+// entry's expiry when it stored it, before its reply came back, and a copy dated from the
+// reply was served for as long as the reply took after the shared entry had expired.
+func TestNearCopyOfAPutExpiresWithTheSharedEntry(t *testing.T) {
+	ctx := context.Background()
+	cfg := cache.DefaultConfig()
+	clock := cachetest.NewClock()
+	far := &slowPut{Store: cache.NewMemory(cfg, clock.Now), clock: clock, latency: 5 * time.Second}
+	near := cache.NewNear(far, cfg, 1<<20, clock.Now)
+	e := &cache.Entry{KB: "kb", Generation: 1, Query: "how do i rotate keys?", Tokens: []string{"rotate", "keys"}, Value: []byte("answer")}
+	if err := near.Put(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	// The shared entry was stored 5 s ago; it expires a TTL after that.
+	clock.Advance(cfg.TTL - far.latency)
+	if _, err := far.Get(ctx, "kb", 1, e.Query); !errors.Is(err, cache.ErrMiss) {
+		t.Fatalf("shared entry at its expiry: %v, want ErrMiss", err)
+	}
+	if _, fromCopy, err := near.GetCopy(ctx, "kb", 1, e.Query); err == nil {
+		t.Fatalf("copy served (from copy %v) after the shared entry expired", fromCopy)
+	}
+}
