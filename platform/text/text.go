@@ -147,10 +147,16 @@ func dropJoiners(r rune) rune {
 }
 
 // compose returns s in NFKC. Text in ASCII, most of it, is returned as it is without
-// looking further.
+// looking further. Bytes that are not UTF-8 become U+FFFD first: norm leaves a letter
+// after such a byte as it is ("\xf1ϒ" kept its ϒ), which Normalise then lower-cased
+// and composed again into a capital (NFKC's Υ), so that Normalise was not idempotent and
+// Words disagreed with the normalised question (found by FuzzTokens).
 func compose(s string) string {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= utf8.RuneSelf {
+			if !utf8.ValidString(s[i:]) {
+				s = strings.ToValidUTF8(s, "\uFFFD")
+			}
 			return norm.NFKC.String(s)
 		}
 	}
