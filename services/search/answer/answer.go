@@ -271,48 +271,6 @@ func trimBlankLines(s string) string {
 	return strings.TrimRight(s, " \t\r\n")
 }
 
-// fence is an open fenced code block: the character and length of the run that opened it.
-type fence struct {
-	char byte
-	n    int
-}
-
-// fenceRun reads a line as CommonMark reads a fence: up to three spaces, a run of three
-// or more backticks or tildes, and the rest of the line.
-func fenceRun(line string) (char byte, n int, rest string, ok bool) {
-	t := strings.TrimLeft(line, " ")
-	if len(line)-len(t) > 3 || len(t) < 3 || (t[0] != '`' && t[0] != '~') {
-		return 0, 0, "", false
-	}
-	for n < len(t) && t[n] == t[0] {
-		n++
-	}
-	if n < 3 {
-		return 0, 0, "", false
-	}
-	return t[0], n, t[n:], true
-}
-
-// openFence returns the fence a line opens, if it opens one: a backtick fence's info
-// string holds no backtick ("```x``` y" is inline code).
-func openFence(line string) (fence, bool) {
-	c, n, rest, ok := fenceRun(line)
-	if !ok || (c == '`' && strings.ContainsRune(rest, '`')) {
-		return fence{}, false
-	}
-	return fence{c, n}, true
-}
-
-// closedBy reports whether line closes f: a run of f's character at least as long as the
-// one that opened it, then nothing but white space. A shorter run ("```" in a "````"
-// block, a document showing markdown) or one with an info string ("```go") is content.
-func (f fence) closedBy(line string) bool {
-	c, n, rest, ok := fenceRun(line)
-	return ok && c == f.char && n >= f.n && strings.Trim(rest, " \t\r\n") == ""
-}
-
-func (f fence) String() string { return strings.Repeat(string(f.char), f.n) }
-
 // htmlBlock is an open CommonMark HTML block of the kinds that run until a line holds
 // their end text (a comment, <pre>, <script>, <style>, <textarea>, <?...?>, <!X...>,
 // CDATA), not until a blank line: left open, it hides the rest of the answer as raw
@@ -349,7 +307,7 @@ func (h htmlBlock) closedBy(line string) bool { return strings.Contains(strings.
 // truncation or by the author, so the rest of the answer is not swallowed by it.
 func closeBlocks(s string) string {
 	var (
-		f     fence
+		f     tree.Fence
 		h     htmlBlock
 		inF   bool
 		inH   bool
@@ -359,12 +317,12 @@ func closeBlocks(s string) string {
 	for _, l := range lines {
 		switch {
 		case inF:
-			inF = !f.closedBy(l)
+			inF = !f.ClosedBy(l)
 		case inH:
 			inH = !h.closedBy(l)
 		default:
 			ind = l[:len(l)-len(strings.TrimLeft(l, " "))]
-			if f, inF = openFence(l); inF {
+			if f, inF = tree.OpenFence(l); inF {
 				continue
 			}
 			var rest string
@@ -420,14 +378,14 @@ func demoteHeadings(content string) string {
 	}
 	lines := strings.SplitAfter(content, "\n")
 	out := make([]string, 0, len(lines))
-	var f fence
+	var f tree.Fence
 	var h htmlBlock
 	inFence, inHTML := false, false
 	para := -1         // index in out of the first line of the open paragraph, -1 if none
 	container := false // since the last blank line, lines continue a list item, quote or HTML
 	for _, l := range lines {
 		if inFence {
-			if f.closedBy(l) {
+			if f.ClosedBy(l) {
 				// A list item or quote whose last block is code is no paragraph a line
 				// can continue lazily: the next line at its left starts a paragraph.
 				inFence, container = false, false
@@ -463,7 +421,7 @@ func demoteHeadings(content string) string {
 			para = -1
 			continue
 		}
-		if g, ok := openFence(l); ok {
+		if g, ok := tree.OpenFence(l); ok {
 			f, inFence, para = g, true, -1
 			out = append(out, l)
 			continue

@@ -11,16 +11,16 @@ import (
 // Summaries and cues are built from prose, and code in them would read as sentences.
 func BodyLines(content string) iter.Seq2[string, string] {
 	return func(yield func(line, trimmed string) bool) {
-		var f codeFence
+		var f Fence
 		in := false
 		for line := range strings.Lines(content) {
 			line = strings.TrimRight(line, "\r\n")
 			trimmed := strings.TrimSpace(line)
 			if in {
-				in = !f.closedBy(trimmed)
+				in = !f.ClosedBy(trimmed)
 				continue
 			}
-			if f, in = openCodeFence(trimmed); in {
+			if f, in = OpenFence(trimmed); in {
 				line, trimmed = "", ""
 			}
 			if !yield(line, trimmed) {
@@ -30,41 +30,48 @@ func BodyLines(content string) iter.Seq2[string, string] {
 	}
 }
 
-// codeFence is an open fenced code block: the character and length of the run that
-// opened it. CommonMark closes it only with a run of the same character at least as long
-// and nothing after it: a "```" line inside a "````" block (a document showing markdown)
-// or a "```go" line is content. Closing on any line that starts with three of the
-// character read the code after such a line as prose (a "# comment" in it became the
-// document's title) and then the prose after the block as code.
-type codeFence struct {
+// Fence is an open fenced code block, as CommonMark reads one: the character and length
+// of the run that opened it. Titles and summaries skip code with it, and a direct answer
+// closes a block it cut open.
+type Fence struct {
 	char byte
 	n    int
 }
 
-// openCodeFence returns the fence a line (leading white space trimmed) opens, if any: a
-// run of three or more backticks or tildes; a backtick fence's info string holds no
-// backtick ("```x``` y" is inline code).
-func openCodeFence(trimmed string) (codeFence, bool) {
-	c, n, rest := fenceRunOf(trimmed)
-	if n < 3 || (c == '`' && strings.ContainsRune(rest, '`')) {
-		return codeFence{}, false
+// fenceRun reads a line as CommonMark reads a fence: up to three spaces, a run of three
+// or more backticks or tildes, and the rest of the line.
+func fenceRun(line string) (char byte, n int, rest string, ok bool) {
+	t := strings.TrimLeft(line, " ")
+	if len(line)-len(t) > 3 || len(t) < 3 || (t[0] != '`' && t[0] != '~') {
+		return 0, 0, "", false
 	}
-	return codeFence{c, n}, true
-}
-
-// closedBy reports whether a line (leading white space trimmed) closes f.
-func (f codeFence) closedBy(trimmed string) bool {
-	c, n, rest := fenceRunOf(trimmed)
-	return c == f.char && n >= f.n && strings.TrimSpace(rest) == ""
-}
-
-// fenceRunOf returns the run of backticks or tildes s starts with, and what follows it.
-func fenceRunOf(s string) (char byte, n int, rest string) {
-	if s == "" || (s[0] != '`' && s[0] != '~') {
-		return 0, 0, s
-	}
-	for n < len(s) && s[n] == s[0] {
+	for n < len(t) && t[n] == t[0] {
 		n++
 	}
-	return s[0], n, s[n:]
+	if n < 3 {
+		return 0, 0, "", false
+	}
+	return t[0], n, t[n:], true
 }
+
+// OpenFence returns the fence a line opens, if it opens one: a backtick fence's info
+// string holds no backtick ("```x``` y" is inline code).
+func OpenFence(line string) (Fence, bool) {
+	c, n, rest, ok := fenceRun(line)
+	if !ok || (c == '`' && strings.ContainsRune(rest, '`')) {
+		return Fence{}, false
+	}
+	return Fence{c, n}, true
+}
+
+// ClosedBy reports whether line closes f: a run of f's character at least as long as the
+// one that opened it, then nothing but spaces and tabs. A shorter run ("```" in a "````"
+// block, a document showing markdown) or one with an info string ("```go") is content:
+// closing on either read the code after it as prose (a "# comment" in it became the
+// document's title) and then the prose after the block as code.
+func (f Fence) ClosedBy(line string) bool {
+	c, n, rest, ok := fenceRun(line)
+	return ok && c == f.char && n >= f.n && strings.Trim(rest, " \t\r\n") == ""
+}
+
+func (f Fence) String() string { return strings.Repeat(string(f.char), f.n) }

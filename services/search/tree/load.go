@@ -479,7 +479,7 @@ func parseDocument(p string, data []byte, mtime time.Time, rootName string, cfg 
 // firstHeading returns the text of the first level-one ATX heading ("# Title") outside
 // fenced code blocks, where "# " usually starts a shell comment.
 func firstHeading(content string) string {
-	var f codeFence
+	var f Fence
 	in := false
 	for line := range strings.Lines(content) {
 		line = strings.TrimRight(line, "\r\n")
@@ -488,10 +488,10 @@ func firstHeading(content string) string {
 			continue // indented code
 		}
 		if in {
-			in = !f.closedBy(trimmed)
+			in = !f.ClosedBy(trimmed)
 			continue
 		}
-		if f, in = openCodeFence(trimmed); in {
+		if f, in = OpenFence(trimmed); in {
 			continue
 		}
 		if rest, ok := cutHeadingMark(trimmed); ok {
