@@ -778,7 +778,7 @@ func (r *Registry) write(ctx context.Context, id string, create bool, plan plann
 	}
 	// From here on the write completes or is undone: a caller that goes away does not
 	// leave it half done.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Write.Timeout)
+	wctx, cancel := r.writeTime(ctx)
 	defer cancel()
 	if len(p.ops) > 1 {
 		dir.Batch()
@@ -815,7 +815,7 @@ func (r *Registry) write(ctx context.Context, id string, create bool, plan plann
 			// is back as it was. With time of its own, as the undo has: on wctx, past
 			// its deadline when the write ran out of -write-timeout, the rebuild failed
 			// at once and the half-written index was searched until the repair.
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Write.Timeout)
+			rctx, rcancel := r.writeTime(ctx)
 			defer rcancel()
 			if _, lerr := r.loadLocked(rctx, id, cur.Tree.Root); lerr != nil {
 				r.log.Error("rebuild after a failed write; retrying in the background", "kb", id, "err", lerr)
@@ -840,6 +840,12 @@ func (r *Registry) write(ctx context.Context, id string, create bool, plan plann
 	r.log.Info("knowledge base written", "kb", id, "generation", k.Generation,
 		"indexed", res.Count(Indexed), "removed", res.Count(Removed), "rejected", res.Count(Rejected))
 	return res, nil
+}
+
+// writeTime is the time a write has, and its undo and its rebuild each have after it:
+// -write-timeout, whatever the caller does meanwhile, since a write completes or is undone.
+func (r *Registry) writeTime(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Write.Timeout)
 }
 
 // checkFileCount refuses a plan that would leave the knowledge base with more markdown
@@ -1032,7 +1038,7 @@ func (r *Registry) apply(ctx context.Context, cur *KB, p *plan) (*KB, error) {
 			// The undo has time of its own: a write that failed because its time ran
 			// out (-write-timeout) failed its undo at once on the same context, and the
 			// index was rebuilt, in the background when the rebuild failed that way too.
-			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Write.Timeout)
+			uctx, cancel := r.writeTime(ctx)
 			defer cancel()
 			if uerr := engine.Apply(uctx, w, engine.Inverse(changes)); uerr != nil {
 				r.log.Error("undo a failed index write", "kb", cur.ID, "err", uerr)
