@@ -136,6 +136,12 @@ func (p *OpenAI) chat(ctx context.Context, req loop.ChatRequest, onDelta func(st
 		if !ok {
 			return nil, &loop.ProviderError{Summary: what + "; the server asked to wait longer than -llm-max-retry-delay", Err: err}
 		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= delay {
+			// The retry could not start before the caller's deadline: waiting for it
+			// would only hold the answer until then and report "no answer in time" in
+			// place of what the server said. The loop degrades now, with the cause.
+			return nil, &loop.ProviderError{Summary: fmt.Sprintf("%s after %s; no time left to retry", what, text.Count(attempt, "attempt", "attempts")), Err: err}
+		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -251,9 +257,14 @@ func transportBreak(err error) bool {
 // empty call in each gap, which the loop would then run, or merge every call into
 // one, names and arguments run together. A delta continues the call its index last
 // started unless it starts another: it has a name, and an id other than that call's.
+// Some servers send a call's whole name again with each of its deltas (MiniMax behind
+// NVIDIA NIM, some OpenAI models); the accumulator appends names as it does arguments,
+// so such a name is dropped from the delta rather than run together into one that
+// names no tool ("searchsearch").
 type toolSlots struct {
-	slot map[int64]int64 // the server's index -> position of the call it last started
-	ids  []string        // the id of the call at each position, once known
+	slot  map[int64]int64 // the server's index -> position of the call it last started
+	ids   []string        // the id of the call at each position, once known
+	names []string        // the name of the call at each position, as accumulated
 }
 
 // renumber rewrites the tool-call indices of the chunk's first choice, the one read.
@@ -272,10 +283,15 @@ func (s *toolSlots) renumber(c *openai.ChatCompletionChunk) {
 				pos = int64(len(s.ids))
 				s.slot[tc.Index] = pos
 				s.ids = append(s.ids, "")
+				s.names = append(s.names, "")
 			}
 			if tc.ID != "" {
 				s.ids[pos] = tc.ID
 			}
+			if name := tc.Function.Name; name != "" && name == s.names[pos] {
+				tc.Function.Name = "" // sent again whole, not the next piece of it
+			}
+			s.names[pos] += tc.Function.Name
 			tc.Index = pos
 		}
 	}

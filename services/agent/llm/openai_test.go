@@ -192,6 +192,40 @@ func TestFailuresAreRetriedWithinBounds(t *testing.T) {
 	}
 }
 
+// A retry whose wait would outlast the caller's deadline cannot be made: the call fails
+// at once, saying what the server answered, rather than sleeping until the caller gives
+// up and reporting only that time ran out.
+func TestARetryPastTheCallersDeadlineIsNotWaitedFor(t *testing.T) {
+	tests := []struct {
+		name string
+		turn llmtest.Turn
+	}{
+		{"a Retry-After past the deadline", llmtest.Turn{Status: 503, RetryAfter: "3"}},
+		{"a backoff past the deadline", llmtest.Turn{Status: 503}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := llmtest.New(t, tt.turn, llmtest.Turn{Content: "never"})
+			cfg := testConfig(srv.BaseURL())
+			cfg.RetryBackoff, cfg.MaxRetryDelay = 3*time.Second, 4*time.Second
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			began := time.Now()
+			_, err := New(cfg).Chat(ctx, chatRequest(), func(string) error { return nil })
+			var pe *loop.ProviderError
+			if !errors.As(err, &pe) || !strings.Contains(pe.Summary, "HTTP 503") {
+				t.Fatalf("Chat error %v, want a ProviderError naming the HTTP 503", err)
+			}
+			if waited := time.Since(began); waited > 500*time.Millisecond {
+				t.Errorf("Chat took %s, waiting for a retry it could not make", waited)
+			}
+			if n := len(srv.Requests()); n != 1 {
+				t.Errorf("server saw %d requests, want 1", n)
+			}
+		})
+	}
+}
+
 func TestCancellingTheCallerStopsTheRequest(t *testing.T) {
 	srv := llmtest.New(t, llmtest.Turn{Hang: true})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -405,6 +439,35 @@ func TestStreamsAsCompatibleServersWriteThem(t *testing.T) {
 				`[DONE]`),
 			wantFinish: "tool_calls",
 			wantCalls:  []loop.ToolCall{{ID: "call_x", Name: "search", Arguments: `{"query":"jwt"}`}, {ID: "call_y", Name: "read_document", Arguments: `{"path":"a.md"}`}},
+		},
+		{
+			// MiniMax behind NVIDIA NIM (NousResearch/hermes-agent#8259) and some
+			// OpenAI models (open-webui/open-webui#22235) send the whole name again
+			// with every delta of a call: run together it named no tool.
+			name: "the name sent again with every delta of a call",
+			body: sse(
+				`{`+id+`,"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"read_document","arguments":""}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"read_document","arguments":"{\"path\":"}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"read_document","arguments":"\"a.md\"}"}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"c2","type":"function","function":{"name":"search","arguments":"{\"query\":"}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"name":"search","arguments":"\"jwt\"}"}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+				`[DONE]`),
+			wantFinish: "tool_calls",
+			wantCalls:  []loop.ToolCall{{ID: "c1", Name: "read_document", Arguments: `{"path":"a.md"}`}, {ID: "c2", Name: "search", Arguments: `{"query":"jwt"}`}},
+		},
+		{
+			// LM Studio (NousResearch/hermes-agent#5254) gives every argument fragment
+			// of one call an id of its own and no name: still one call.
+			name: "a new id with every nameless delta of a call",
+			body: sse(
+				`{`+id+`,"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"f1","type":"function","function":{"name":"search","arguments":""}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"f2","type":"function","function":{"arguments":"{\"query\":"}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"f3","type":"function","function":{"arguments":"\"jwt\"}"}}]},"finish_reason":null}]}`,
+				`{`+id+`,"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+				`[DONE]`),
+			wantFinish: "tool_calls",
+			wantCalls:  []loop.ToolCall{{ID: "f3", Name: "search", Arguments: `{"query":"jwt"}`}},
 		},
 		{
 			// Foundry Local (microsoft/foundry-local#144), llama.cpp server before

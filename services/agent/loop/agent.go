@@ -412,6 +412,16 @@ func (r *run) conclude(ctx context.Context, why string) error {
 // finish completes an answer the model wrote.
 func (r *run) finish(ctx context.Context, resp *ChatResponse, why string) error {
 	if strings.TrimSpace(resp.Content) == "" {
+		if resp.FinishReason == "length" {
+			// Reasoning models spend max_completion_tokens on thinking first: an
+			// empty turn cut by the limit wants a larger one, which only the
+			// operator can give.
+			flag := "-t4-max-tokens"
+			if r.spec.tier == quarryv1.Tier_TIER_SINGLE_LLM {
+				flag = "-t3-max-tokens"
+			}
+			return r.fail(ctx, fmt.Errorf("the model reached its token limit (%d, %s) before it wrote an answer", r.spec.maxTokens, flag))
+		}
 		return r.fail(ctx, errors.New("the model returned no answer"))
 	}
 	r.trace.StopReason = why

@@ -567,6 +567,19 @@ func TestLLMFailuresGiveAMarkedExtractiveAnswer(t *testing.T) {
 			t.Fatalf("err %v answer %v", err, ans)
 		}
 	})
+	// A reasoning model (max_completion_tokens) can spend the whole limit thinking and
+	// write nothing: the reason must point at the limit, which the operator can raise,
+	// not read as if the model had nothing to say.
+	t.Run("an empty answer cut by the token limit says so", func(t *testing.T) {
+		thought := func(context.Context, ChatRequest, func(string) error) (*ChatResponse, error) {
+			return &ChatResponse{FinishReason: "length", Model: "fake-1", PromptTokens: 900, CompletionTokens: 1024}, nil
+		}
+		h := newHarness(t, testConfig(), thought)
+		ans, err := h.answer(t, context.Background(), t3Request(h.kb))
+		if err != nil || !ans.Degraded || !strings.Contains(ans.DegradedReason, "token limit") || !strings.Contains(ans.DegradedReason, "-t3-max-tokens") {
+			t.Fatalf("err %v reason %q", err, ans.GetDegradedReason())
+		}
+	})
 	t.Run("nothing at hand says so", func(t *testing.T) {
 		h := newHarness(t, testConfig(), fail("HTTP 500 Internal Server Error after 3 attempts"))
 		req := t4Request()
