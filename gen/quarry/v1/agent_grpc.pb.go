@@ -33,8 +33,10 @@ type AgentServiceClient interface {
 	// INVALID_ARGUMENT for a request the fields below refuse, or text that is not UTF-8
 	// (the message names the field). FAILED_PRECONDITION when no LLM provider is
 	// configured; the caller then falls back to an extractive answer. An LLM that fails is
-	// not an error: the final answer is the extractive fallback, flagged degraded. Errors
-	// end the stream without a final event.
+	// not an error: the final answer is the extractive fallback, flagged degraded.
+	// DEADLINE_EXCEEDED or CANCELLED when the caller's deadline passed or it cancelled;
+	// INTERNAL for any other fault of the agent (a generic message). Errors end the stream
+	// without a final event.
 	Answer(ctx context.Context, in *AnswerRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AnswerResponse], error)
 }
 
@@ -76,8 +78,10 @@ type AgentServiceServer interface {
 	// INVALID_ARGUMENT for a request the fields below refuse, or text that is not UTF-8
 	// (the message names the field). FAILED_PRECONDITION when no LLM provider is
 	// configured; the caller then falls back to an extractive answer. An LLM that fails is
-	// not an error: the final answer is the extractive fallback, flagged degraded. Errors
-	// end the stream without a final event.
+	// not an error: the final answer is the extractive fallback, flagged degraded.
+	// DEADLINE_EXCEEDED or CANCELLED when the caller's deadline passed or it cancelled;
+	// INTERNAL for any other fault of the agent (a generic message). Errors end the stream
+	// without a final event.
 	Answer(*AnswerRequest, grpc.ServerStreamingServer[AnswerResponse]) error
 	mustEmbedUnimplementedAgentServiceServer()
 }

@@ -258,7 +258,7 @@ type SyncTreeRequest struct {
 	// Folder to read, on the search service's machine, inside its -sync-root; with an API
 	// key limited to some knowledge bases, inside <sync-root>/<knowledge_base> (a sync
 	// root holds other knowledge bases' sources too). FAILED_PRECONDITION otherwise, in
-	// the same words whether the folder exists or not.
+	// the same words whether the folder exists or not. Required: empty is INVALID_ARGUMENT.
 	Source string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
 	// Keep files of the knowledge base that the folder lacks (an additive sync) instead of
 	// removing them.
@@ -571,7 +571,8 @@ type isSyncFilesRequest_Message interface {
 }
 
 type SyncFilesRequest_Header struct {
-	// Which knowledge base to sync; must be the first message, and only it.
+	// Which knowledge base to sync; must be the first message, and only it: a stream
+	// that is empty, starts with a file or sends a second header is INVALID_ARGUMENT.
 	Header *SyncFilesHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
 }
 

@@ -33,9 +33,16 @@ const (
 // well under a millisecond, LLM tiers can take tens of seconds (the gateway gives the
 // agent 60 s by default, -agent-timeout, and less when the call's deadline is nearer:
 // the agent answers within it, or the gateway returns a degraded extractive answer
-// before it ends); an expired deadline ends the call with DEADLINE_EXCEEDED. Caching is transparent: identical questions (after normalisation) to
-// the same knowledge base generation are answered from the cache for 60 s by default
-// (-cache-ttl).
+// before it ends); an expired deadline ends the call with DEADLINE_EXCEEDED. Caching is
+// transparent: identical questions (after normalisation) to the same knowledge base
+// generation are answered from the cache for 60 s by default (-cache-ttl).
+//
+// Metadata: "authorization: Bearer <key>" when the gateway runs with API keys (see
+// Query). To make a query part of the caller's trace, send W3C trace context metadata
+// ("traceparent", optionally "tracestate" and "baggage"); the gateway continues that
+// trace through the search service and the agent and, with the default parent-based
+// sampler, traces the query only if the caller sampled it. A deployment may read other
+// trace headers instead (OTEL_PROPAGATORS: b3, jaeger, ...).
 type QueryServiceClient interface {
 	// Query answers a question. Errors: INVALID_ARGUMENT for an empty, oversized or
 	// non-UTF-8 query or a malformed knowledge base id; NOT_FOUND for an unknown knowledge
@@ -112,9 +119,16 @@ type QueryService_QueryStreamClient = grpc.ServerStreamingClient[QueryStreamResp
 // well under a millisecond, LLM tiers can take tens of seconds (the gateway gives the
 // agent 60 s by default, -agent-timeout, and less when the call's deadline is nearer:
 // the agent answers within it, or the gateway returns a degraded extractive answer
-// before it ends); an expired deadline ends the call with DEADLINE_EXCEEDED. Caching is transparent: identical questions (after normalisation) to
-// the same knowledge base generation are answered from the cache for 60 s by default
-// (-cache-ttl).
+// before it ends); an expired deadline ends the call with DEADLINE_EXCEEDED. Caching is
+// transparent: identical questions (after normalisation) to the same knowledge base
+// generation are answered from the cache for 60 s by default (-cache-ttl).
+//
+// Metadata: "authorization: Bearer <key>" when the gateway runs with API keys (see
+// Query). To make a query part of the caller's trace, send W3C trace context metadata
+// ("traceparent", optionally "tracestate" and "baggage"); the gateway continues that
+// trace through the search service and the agent and, with the default parent-based
+// sampler, traces the query only if the caller sampled it. A deployment may read other
+// trace headers instead (OTEL_PROPAGATORS: b3, jaeger, ...).
 type QueryServiceServer interface {
 	// Query answers a question. Errors: INVALID_ARGUMENT for an empty, oversized or
 	// non-UTF-8 query or a malformed knowledge base id; NOT_FOUND for an unknown knowledge

@@ -66,7 +66,10 @@ type SearchServiceClient interface {
 	// every one the key may use), then the state of each knowledge base whose generation
 	// changes, as it happens; a watcher that falls behind gets the full state again
 	// instead of a backlog. It runs until the caller cancels, or ends with UNAVAILABLE
-	// when the service shuts down: watch again (another replica answers).
+	// when the service shuts down or, with API keys, when the knowledge bases the key may
+	// use change (the deltas could not say so): watch again (another replica answers; the
+	// first message then reflects the key's current rights). A watch whose key is revoked
+	// ends with UNAUTHENTICATED. Keys are checked again on every change and every second.
 	WatchGenerations(ctx context.Context, in *WatchGenerationsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchGenerationsResponse], error)
 }
 
@@ -195,7 +198,10 @@ type SearchServiceServer interface {
 	// every one the key may use), then the state of each knowledge base whose generation
 	// changes, as it happens; a watcher that falls behind gets the full state again
 	// instead of a backlog. It runs until the caller cancels, or ends with UNAVAILABLE
-	// when the service shuts down: watch again (another replica answers).
+	// when the service shuts down or, with API keys, when the knowledge bases the key may
+	// use change (the deltas could not say so): watch again (another replica answers; the
+	// first message then reflects the key's current rights). A watch whose key is revoked
+	// ends with UNAUTHENTICATED. Keys are checked again on every change and every second.
 	WatchGenerations(*WatchGenerationsRequest, grpc.ServerStreamingServer[WatchGenerationsResponse]) error
 	mustEmbedUnimplementedSearchServiceServer()
 }

@@ -33,8 +33,10 @@ class AgentServiceServicer(object):
         INVALID_ARGUMENT for a request the fields below refuse, or text that is not UTF-8
         (the message names the field). FAILED_PRECONDITION when no LLM provider is
         configured; the caller then falls back to an extractive answer. An LLM that fails is
-        not an error: the final answer is the extractive fallback, flagged degraded. Errors
-        end the stream without a final event.
+        not an error: the final answer is the extractive fallback, flagged degraded.
+        DEADLINE_EXCEEDED or CANCELLED when the caller's deadline passed or it cancelled;
+        INTERNAL for any other fault of the agent (a generic message). Errors end the stream
+        without a final event.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -12,9 +12,16 @@ class QueryServiceStub(object):
     well under a millisecond, LLM tiers can take tens of seconds (the gateway gives the
     agent 60 s by default, -agent-timeout, and less when the call's deadline is nearer:
     the agent answers within it, or the gateway returns a degraded extractive answer
-    before it ends); an expired deadline ends the call with DEADLINE_EXCEEDED. Caching is transparent: identical questions (after normalisation) to
-    the same knowledge base generation are answered from the cache for 60 s by default
-    (-cache-ttl).
+    before it ends); an expired deadline ends the call with DEADLINE_EXCEEDED. Caching is
+    transparent: identical questions (after normalisation) to the same knowledge base
+    generation are answered from the cache for 60 s by default (-cache-ttl).
+
+    Metadata: "authorization: Bearer <key>" when the gateway runs with API keys (see
+    Query). To make a query part of the caller's trace, send W3C trace context metadata
+    ("traceparent", optionally "tracestate" and "baggage"); the gateway continues that
+    trace through the search service and the agent and, with the default parent-based
+    sampler, traces the query only if the caller sampled it. A deployment may read other
+    trace headers instead (OTEL_PROPAGATORS: b3, jaeger, ...).
     """
 
     def __init__(self, channel):
@@ -42,9 +49,16 @@ class QueryServiceServicer(object):
     well under a millisecond, LLM tiers can take tens of seconds (the gateway gives the
     agent 60 s by default, -agent-timeout, and less when the call's deadline is nearer:
     the agent answers within it, or the gateway returns a degraded extractive answer
-    before it ends); an expired deadline ends the call with DEADLINE_EXCEEDED. Caching is transparent: identical questions (after normalisation) to
-    the same knowledge base generation are answered from the cache for 60 s by default
-    (-cache-ttl).
+    before it ends); an expired deadline ends the call with DEADLINE_EXCEEDED. Caching is
+    transparent: identical questions (after normalisation) to the same knowledge base
+    generation are answered from the cache for 60 s by default (-cache-ttl).
+
+    Metadata: "authorization: Bearer <key>" when the gateway runs with API keys (see
+    Query). To make a query part of the caller's trace, send W3C trace context metadata
+    ("traceparent", optionally "tracestate" and "baggage"); the gateway continues that
+    trace through the search service and the agent and, with the default parent-based
+    sampler, traces the query only if the caller sampled it. A deployment may read other
+    trace headers instead (OTEL_PROPAGATORS: b3, jaeger, ...).
     """
 
     def Query(self, request, context):
@@ -110,9 +124,16 @@ class QueryService(object):
     well under a millisecond, LLM tiers can take tens of seconds (the gateway gives the
     agent 60 s by default, -agent-timeout, and less when the call's deadline is nearer:
     the agent answers within it, or the gateway returns a degraded extractive answer
-    before it ends); an expired deadline ends the call with DEADLINE_EXCEEDED. Caching is transparent: identical questions (after normalisation) to
-    the same knowledge base generation are answered from the cache for 60 s by default
-    (-cache-ttl).
+    before it ends); an expired deadline ends the call with DEADLINE_EXCEEDED. Caching is
+    transparent: identical questions (after normalisation) to the same knowledge base
+    generation are answered from the cache for 60 s by default (-cache-ttl).
+
+    Metadata: "authorization: Bearer <key>" when the gateway runs with API keys (see
+    Query). To make a query part of the caller's trace, send W3C trace context metadata
+    ("traceparent", optionally "tracestate" and "baggage"); the gateway continues that
+    trace through the search service and the agent and, with the default parent-based
+    sampler, traces the query only if the caller sampled it. A deployment may read other
+    trace headers instead (OTEL_PROPAGATORS: b3, jaeger, ...).
     """
 
     @staticmethod

@@ -127,7 +127,10 @@ class SearchServiceServicer(object):
         every one the key may use), then the state of each knowledge base whose generation
         changes, as it happens; a watcher that falls behind gets the full state again
         instead of a backlog. It runs until the caller cancels, or ends with UNAVAILABLE
-        when the service shuts down: watch again (another replica answers).
+        when the service shuts down or, with API keys, when the knowledge bases the key may
+        use change (the deltas could not say so): watch again (another replica answers; the
+        first message then reflects the key's current rights). A watch whose key is revoked
+        ends with UNAUTHENTICATED. Keys are checked again on every change and every second.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

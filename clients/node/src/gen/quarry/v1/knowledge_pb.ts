@@ -131,7 +131,7 @@ export type SyncTreeRequest = Message<"quarry.v1.SyncTreeRequest"> & {
    * Folder to read, on the search service's machine, inside its -sync-root; with an API
    * key limited to some knowledge bases, inside <sync-root>/<knowledge_base> (a sync
    * root holds other knowledge bases' sources too). FAILED_PRECONDITION otherwise, in
-   * the same words whether the folder exists or not.
+   * the same words whether the folder exists or not. Required: empty is INVALID_ARGUMENT.
    *
    * @generated from field: string source = 2;
    */
@@ -262,7 +262,8 @@ export type SyncFilesRequest = Message<"quarry.v1.SyncFilesRequest"> & {
    */
   message: {
     /**
-     * Which knowledge base to sync; must be the first message, and only it.
+     * Which knowledge base to sync; must be the first message, and only it: a stream
+     * that is empty, starts with a file or sends a second header is INVALID_ARGUMENT.
      *
      * @generated from field: quarry.v1.SyncFilesHeader header = 1;
      */
