@@ -34,7 +34,8 @@ type QueryRequest struct {
 	// line feed and carriage return; anything else is INVALID_ARGUMENT. Case and runs of
 	// white space do not matter to the cache. A first word that names a domain (a
 	// top-level folder, in any case), or a folder path such as "auth/jwt" whose first
-	// segment is a domain, scopes the search to that folder when more words follow.
+	// segment is a domain, scopes the search to that folder when more words follow; a
+	// document's path ("auth/jwt/rotation.md") scopes it to the document's folder.
 	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
 	// Return the routing trace in QueryResponse.explain (stage timings, cache lookups, gate
 	// inputs and decision). Default false; it does not change the answer or the caching.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -164,6 +165,7 @@ const MaxQueryWords = 128
 func (r *Resolver) parse(k *kb.KB, q, scope string, selfScope bool) (query, error) {
 	if scope == "" && selfScope {
 		scope, q = tree.ParseScope(q, k.Tree.Domains())
+		scope = docFolder(k.Tree, scope)
 	} else {
 		clean, err := tree.CleanPath(scope)
 		if err != nil {
@@ -226,6 +228,32 @@ func (r *Resolver) parse(k *kb.KB, q, scope string, selfScope bool) (query, erro
 	return query{scope: scope, words: words, terms: terms, stems: text.Stems(evidence), names: names,
 		oodWords: fix(words), oodTerms: fix(terms), literals: literals,
 		near: (&nearMemo{near: k.Corpus.Near, seen: map[string]bool{}}).Near}, nil
+}
+
+// docFolder returns the folder of the document scope names, matched as Tree.Folder
+// matches (as written, else ignoring case), or scope unchanged when it names none. A
+// question may start with a document's path, copied from a listing or a source: the
+// engine's scope filter holds folders only, so scoped to the file itself the search
+// found nothing and the question was called out of domain.
+func docFolder(t *tree.Tree, scope string) string {
+	if _, ok := t.Folder(scope); ok {
+		return scope
+	}
+	dir, ok := t.Folder(path.Dir(scope))
+	if !ok {
+		return scope
+	}
+	entries, err := t.List(dir)
+	if err != nil {
+		return scope
+	}
+	base := path.Base(scope)
+	for _, e := range entries {
+		if !e.Folder && strings.EqualFold(path.Base(e.Path), base) {
+			return dir
+		}
+	}
+	return scope
 }
 
 // maxTypoTerms bounds the words of one question that typo correction tries. Each try

@@ -202,6 +202,30 @@ func TestPathScopedQuerySearchesOnlyUnderItsFolder(t *testing.T) {
 	}
 }
 
+// TestAQuestionScopedByADocumentPathSearchesItsFolder: a question may start with the
+// path of a document, as a user copies it from a listing or a source. That scoped the
+// search to the file as if it were a folder, found nothing, and called the question out
+// of domain ("not covered"), an answer the gateway then cached.
+func TestAQuestionScopedByADocumentPathSearchesItsFolder(t *testing.T) {
+	f := newFixture(t, false)
+	tests := []struct{ name, query, wantScope, want string }{
+		{"a document's path", "auth/jwt/refresh-token-revocation.md how do I revoke a refresh token", "auth/jwt", "auth/jwt/refresh-token-revocation.md"},
+		{"a document's path in another case", "Auth/JWT/Refresh-Token-Revocation.md revoke a refresh token", "auth/jwt", "auth/jwt/refresh-token-revocation.md"},
+		{"a document directly under a domain", "deploy/_index.md canary rollout", "deploy", "deploy/kubernetes/canary-rollout.md"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := f.resolve(t, platform, tt.query)
+			if r.Trace.Scope != tt.wantScope {
+				t.Errorf("scope = %q, want %q", r.Trace.Scope, tt.wantScope)
+			}
+			if r.Route == gate.OutOfDomain || !slices.Contains(resultPaths(r), tt.want) {
+				t.Errorf("route %v (rule %q), results %v; want %s among them", r.Route, r.Trace.OODRule, resultPaths(r), tt.want)
+			}
+		})
+	}
+}
+
 // TestScopeKeepsPropagatedSummariesInside: a match propagates to the folder summaries
 // above it (SPEC "Ranking"), but under a scope only to those inside it: the folders above
 // the scope are outside what the question asked about. With the default propagation

@@ -37,7 +37,8 @@ export type QueryRequest = Message<"quarry.v1.QueryRequest"> & {
    * line feed and carriage return; anything else is INVALID_ARGUMENT. Case and runs of
    * white space do not matter to the cache. A first word that names a domain (a
    * top-level folder, in any case), or a folder path such as "auth/jwt" whose first
-   * segment is a domain, scopes the search to that folder when more words follow.
+   * segment is a domain, scopes the search to that folder when more words follow; a
+   * document's path ("auth/jwt/rotation.md") scopes it to the document's folder.
    *
    * @generated from field: string query = 2;
    */
