@@ -3,6 +3,7 @@ package deploy
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -48,6 +49,13 @@ func TestComposeFile(t *testing.T) {
 	}
 }
 
+// cacheMountRE finds the targets of a Dockerfile's RUN --mount=type=cache, and goCaches
+// are the folders go writes its caches to in the golang images (GOPATH=/go, HOME=/root).
+var (
+	cacheMountRE = regexp.MustCompile(`--mount=type=cache,(?:[a-z]+=[^,\s]*,)*target=([^,\s]+)`)
+	goCaches     = map[string]bool{"/go/pkg/mod": true, "/root/.cache/go-build": true}
+)
+
 // TestDockerfiles checks each service's image recipe for what the deployment relies on:
 // a multi-stage static build, a distroless non-root final image and a gRPC health check.
 func TestDockerfiles(t *testing.T) {
@@ -61,6 +69,15 @@ func TestDockerfiles(t *testing.T) {
 			for _, want := range []string{"CGO_ENABLED=0", "AS build", "FROM gcr.io/distroless/static", "USER nonroot", "HEALTHCHECK", "grpc-health-probe", "ENTRYPOINT"} {
 				if !strings.Contains(s, want) {
 					t.Errorf("%s lacks %q", df, want)
+				}
+			}
+			// A cache mount helps only where the golang image's go writes: its GOPATH is
+			// /go, so the module cache is /go/pkg/mod (not $HOME/go), and the build
+			// cache is $HOME/.cache/go-build. A mount elsewhere caches nothing: the
+			// modules land in the layer, and any go.sum change downloads all of them again.
+			for _, m := range cacheMountRE.FindAllStringSubmatch(s, -1) {
+				if !goCaches[m[1]] {
+					t.Errorf("%s: cache mount at %s, where go in golang images writes no cache (want one of /go/pkg/mod, /root/.cache/go-build)", df, m[1])
 				}
 			}
 			// Every COPY source from the build context must exist.
