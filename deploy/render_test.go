@@ -95,6 +95,7 @@ func TestOverlaysRenderToValidObjects(t *testing.T) {
 			checkSpread(t, objs)
 			checkStartup(t, objs)
 			checkConfigRolls(t, objs)
+			checkServiceAccountTokens(t, objs)
 		})
 	}
 }
@@ -129,6 +130,28 @@ func checkConfigRolls(t *testing.T, objs []runtime.Object) {
 		}
 		if !slices.Contains(refs, name) {
 			t.Errorf("Deployment %s reads ConfigMaps %v, not the rendered quarry-config %s", d.Name, refs, name)
+		}
+	}
+}
+
+// checkServiceAccountTokens: no workload calls the Kubernetes API, so none gets a
+// service account token. The kubelet mounts the namespace's default one into every pod
+// that does not opt out, and quarry-agent-egress lets the agent reach any address on
+// 443, the API server's among them: a compromised agent would carry a credential there.
+func checkServiceAccountTokens(t *testing.T, objs []runtime.Object) {
+	for _, o := range objs {
+		var ps *corev1.PodSpec
+		var kind, name string
+		switch x := o.(type) {
+		case *appsv1.Deployment:
+			ps, kind, name = &x.Spec.Template.Spec, "Deployment", x.Name
+		case *appsv1.StatefulSet:
+			ps, kind, name = &x.Spec.Template.Spec, "StatefulSet", x.Name
+		default:
+			continue
+		}
+		if ps.AutomountServiceAccountToken == nil || *ps.AutomountServiceAccountToken {
+			t.Errorf("%s %s: the pod gets a service account token it never uses: set automountServiceAccountToken: false", kind, name)
 		}
 	}
 }
