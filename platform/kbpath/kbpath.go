@@ -17,7 +17,7 @@ var (
 	// ErrOutside means a path is absolute or climbs out of the tree with "..".
 	ErrOutside = errors.New("path outside the knowledge base")
 	// ErrInvalid means a path holds bytes no tree path may hold (backslash, NUL,
-	// control characters, invalid UTF-8) or is too long.
+	// control or invisible format characters, invalid UTF-8) or is too long.
 	ErrInvalid = errors.New("invalid path")
 )
 
@@ -35,8 +35,8 @@ const MaxSegmentBytes = 255
 // Any ".." segment is rejected with ErrOutside, even one that would clean to a path
 // inside the tree: a caller that writes ".." is probing, and accepting it would make the
 // rule depend on path arithmetic that is easy to get wrong. Absolute paths (including
-// Windows drive paths) also get ErrOutside; backslashes, NUL, control characters and
-// invalid UTF-8 get ErrInvalid.
+// Windows drive paths) also get ErrOutside; backslashes, NUL, control characters,
+// invisible format characters (invisible) and invalid UTF-8 get ErrInvalid.
 func Clean(p string) (string, error) {
 	if len(p) > MaxBytes {
 		return "", fmt.Errorf("%w: longer than %d bytes", ErrInvalid, MaxBytes)
@@ -50,6 +50,8 @@ func Clean(p string) (string, error) {
 			return "", fmt.Errorf("%w: %q has a backslash", ErrInvalid, p)
 		case r == 0 || unicode.IsControl(r):
 			return "", fmt.Errorf("%w: %q has a control character", ErrInvalid, p)
+		case invisible(r):
+			return "", fmt.Errorf("%w: %+q has an invisible format character (%U)", ErrInvalid, p, r)
 		}
 	}
 	if strings.HasPrefix(p, "/") || hasDrive(p) {
@@ -72,6 +74,17 @@ func Clean(p string) (string, error) {
 		return "", fmt.Errorf("%w: %q is absolute", ErrOutside, p)
 	}
 	return c, nil
+}
+
+// invisible reports a format character (Unicode category Cf) that a path may not hold:
+// a byte-order mark, a zero-width space, a bidirectional override or isolate, a tag. A
+// name holding one looks like another name, or shows its letters in another order
+// ("cod\u202Egnp.md" shows as "codpng.md"), so a file could pass for one it is not,
+// in listings and in the sources of answers; the query path drops such characters, so
+// a question could never name it either. The zero-width joiner and non-joiner stay:
+// Persian and Indic words and emoji are written with them.
+func invisible(r rune) bool {
+	return r != '\u200c' && r != '\u200d' && unicode.Is(unicode.Cf, r)
 }
 
 // hasDrive reports a Windows volume prefix ("C:"), which would be absolute on Windows.

@@ -31,6 +31,16 @@ func TestClean(t *testing.T) {
 		{"ops/on\x00call.md", "", kbpath.ErrInvalid},
 		{"ops/on\ncall.md", "", kbpath.ErrInvalid},
 		{"ops/\xff.md", "", kbpath.ErrInvalid},
+		// Invisible format characters make a name pass for another.
+		{"ops/\ufeffoncall.md", "", kbpath.ErrInvalid},     // byte-order mark
+		{"ops/on\u200bcall.md", "", kbpath.ErrInvalid},     // zero-width space
+		{"ops/cod\u202egnp.md", "", kbpath.ErrInvalid},     // right-to-left override
+		{"ops/\u2066x\u2069.md", "", kbpath.ErrInvalid},    // isolates
+		{"ops/x\U000e0041.md", "", kbpath.ErrInvalid},      // a tag
+		{"ops/soft\u00adhyphen.md", "", kbpath.ErrInvalid}, // a soft hyphen
+		// The joiners write words and emoji.
+		{"fa/\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645.md", "fa/\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645.md", nil},
+		{"team/\U0001f469\u200d\U0001f4bb.md", "team/\U0001f469\u200d\U0001f4bb.md", nil},
 	}
 	for _, tt := range tests {
 		got, err := kbpath.Clean(tt.in)

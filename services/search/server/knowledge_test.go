@@ -568,6 +568,7 @@ func TestRefusedWritesChangeNothing(t *testing.T) {
 		{"not markdown", "ops/notes.txt", ok, codes.InvalidArgument},
 		{"a hidden file", "ops/.secret.md", ok, codes.InvalidArgument},
 		{"a backslash", `ops\x.md`, ok, codes.InvalidArgument},
+		{"a name passing for another (a byte-order mark)", "ops/\ufeffoncall.md", ok, codes.InvalidArgument},
 		{"oversized", "ops/big.md", "# Big\n\n" + strings.Repeat("word ", 1<<18), codes.InvalidArgument},
 		{"invalid UTF-8", "ops/bad.md", "# Bad\n\n\xff\xfe\n", codes.InvalidArgument},
 		{"NUL bytes", "ops/nul.md", "# Nul\n\x00\n", codes.InvalidArgument},
