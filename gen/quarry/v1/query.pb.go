@@ -35,7 +35,8 @@ type QueryRequest struct {
 	// white space do not matter to the cache. A first word that names a domain (a
 	// top-level folder, in any case), or a folder path such as "auth/jwt" whose first
 	// segment is a domain, scopes the search to that folder when more words follow; a
-	// document's path ("auth/jwt/rotation.md") scopes it to the document's folder.
+	// path that names no folder (a document's, "auth/jwt/rotation.md", or a mistyped
+	// one) scopes it to the deepest folder above it that exists.
 	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
 	// Return the routing trace in QueryResponse.explain (stage timings, cache lookups, gate
 	// inputs and decision). Default false; it does not change the answer or the caching.

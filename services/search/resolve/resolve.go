@@ -165,7 +165,7 @@ const MaxQueryWords = 128
 func (r *Resolver) parse(k *kb.KB, q, scope string, selfScope bool) (query, error) {
 	if scope == "" && selfScope {
 		scope, q = tree.ParseScope(q, k.Tree.Domains())
-		scope = docFolder(k.Tree, scope)
+		scope = scopeFolder(k.Tree, scope)
 	} else {
 		clean, err := tree.CleanPath(scope)
 		if err != nil {
@@ -230,27 +230,18 @@ func (r *Resolver) parse(k *kb.KB, q, scope string, selfScope bool) (query, erro
 		near: (&nearMemo{near: k.Corpus.Near, seen: map[string]bool{}}).Near}, nil
 }
 
-// docFolder returns the folder of the document scope names, matched as Tree.Folder
-// matches (as written, else ignoring case), or scope unchanged when it names none. A
-// question may start with a document's path, copied from a listing or a source: the
-// engine's scope filter holds folders only, so scoped to the file itself the search
-// found nothing and the question was called out of domain.
-func docFolder(t *tree.Tree, scope string) string {
-	if _, ok := t.Folder(scope); ok {
-		return scope
-	}
-	dir, ok := t.Folder(path.Dir(scope))
-	if !ok {
-		return scope
-	}
-	entries, err := t.List(dir)
-	if err != nil {
-		return scope
-	}
-	base := path.Base(scope)
-	for _, e := range entries {
-		if !e.Folder && strings.EqualFold(path.Base(e.Path), base) {
-			return dir
+// scopeFolder returns the folder a question's first word scopes it to (ParseScope): the
+// deepest of the path and the folders above it that exists, matched as Tree.Folder
+// matches (as written, else ignoring case). A question may start with a document's
+// path, copied from a listing or a source, or with a folder that was renamed or
+// mistyped ("auth/jwtt"): the engine's scope filter holds existing folders only, so the
+// search found nothing and the question was called out of domain, an answer the
+// gateway then cached. ParseScope returns only "" or paths under a domain, which
+// exists.
+func scopeFolder(t *tree.Tree, scope string) string {
+	for p := scope; p != "." && p != "/"; p = path.Dir(p) {
+		if f, ok := t.Folder(p); ok {
+			return f
 		}
 	}
 	return scope

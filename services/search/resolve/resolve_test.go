@@ -202,16 +202,19 @@ func TestPathScopedQuerySearchesOnlyUnderItsFolder(t *testing.T) {
 	}
 }
 
-// TestAQuestionScopedByADocumentPathSearchesItsFolder: a question may start with the
-// path of a document, as a user copies it from a listing or a source. That scoped the
-// search to the file as if it were a folder, found nothing, and called the question out
-// of domain ("not covered"), an answer the gateway then cached.
-func TestAQuestionScopedByADocumentPathSearchesItsFolder(t *testing.T) {
+// TestAQuestionScopedByAPathThatIsNoFolderSearchesTheFolderAboveIt: a question may start
+// with the path of a document, as a user copies it from a listing or a source, or of a
+// folder renamed or mistyped. That scoped the search to a folder that does not exist,
+// found nothing, and called the question out of domain ("not covered"), an answer the
+// gateway then cached.
+func TestAQuestionScopedByAPathThatIsNoFolderSearchesTheFolderAboveIt(t *testing.T) {
 	f := newFixture(t, false)
 	tests := []struct{ name, query, wantScope, want string }{
 		{"a document's path", "auth/jwt/refresh-token-revocation.md how do I revoke a refresh token", "auth/jwt", "auth/jwt/refresh-token-revocation.md"},
 		{"a document's path in another case", "Auth/JWT/Refresh-Token-Revocation.md revoke a refresh token", "auth/jwt", "auth/jwt/refresh-token-revocation.md"},
 		{"a document directly under a domain", "deploy/_index.md canary rollout", "deploy", "deploy/kubernetes/canary-rollout.md"},
+		{"a document that is not there", "auth/jwt/renamed.md revoke a refresh token", "auth/jwt", "auth/jwt/refresh-token-revocation.md"},
+		{"a mistyped folder", "auth/jwtt/tokens revoke a refresh token", "auth", "auth/jwt/refresh-token-revocation.md"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

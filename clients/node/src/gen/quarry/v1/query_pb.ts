@@ -38,7 +38,8 @@ export type QueryRequest = Message<"quarry.v1.QueryRequest"> & {
    * white space do not matter to the cache. A first word that names a domain (a
    * top-level folder, in any case), or a folder path such as "auth/jwt" whose first
    * segment is a domain, scopes the search to that folder when more words follow; a
-   * document's path ("auth/jwt/rotation.md") scopes it to the document's folder.
+   * path that names no folder (a document's, "auth/jwt/rotation.md", or a mistyped
+   * one) scopes it to the deepest folder above it that exists.
    *
    * @generated from field: string query = 2;
    */
