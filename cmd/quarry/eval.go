@@ -374,7 +374,7 @@ func startEval(ctx context.Context, kbDir, id string, searchArgs, gatewayArgs []
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := os.CopyFS(filepath.Join(root, id), os.DirFS(kbDir)); err != nil {
+	if err := copyKB(filepath.Join(root, id), kbDir); err != nil {
 		os.RemoveAll(root)
 		return nil, nil, fmt.Errorf("copy %s: %w", kbDir, err)
 	}

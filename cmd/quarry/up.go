@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -278,11 +279,58 @@ func copyKBRoot(dst, src string) error {
 		} else if !e.IsDir() {
 			continue
 		}
-		if err := os.CopyFS(to, os.DirFS(from)); err != nil {
+		if err := copyKB(to, from); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// copyKB copies the knowledge base in folder src to dst, which it creates: its folders
+// and regular files. Links, named pipes, sockets and devices inside it are left out: the
+// search service serves none of them (it never follows a link), and os.CopyFS refused
+// the whole copy for one of them, so "up" and "eval" failed on a knowledge base the
+// search service serves. src itself may be a link to a folder.
+func copyKB(dst, src string) error {
+	src, err := filepath.EvalSymlinks(src)
+	if err != nil {
+		return err
+	}
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(to, 0o755)
+		case d.Type().IsRegular():
+			return copyFile(to, p)
+		default:
+			return nil
+		}
+	})
+}
+
+func copyFile(dst, src string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copy %s: %w", src, err)
+	}
+	return out.Close()
 }
 
 // llmArgs passes the LLM flags given to "quarry up" on to the agent. Flags left
