@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"flag"
 	"io"
 	"log/slog"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	quarryv1 "github.com/quarry-router/quarry/gen/quarry/v1"
+	"github.com/quarry-router/quarry/platform/config"
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/quarry-router/quarry/platform/syncbuf"
 	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
@@ -116,6 +118,49 @@ func TestBadSettingsStopTheStartNamingTheFlag(t *testing.T) {
 			_, err := run(t, slog.New(slog.NewTextHandler(io.Discard, nil)), tt.args...)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err %v, want one naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+// The per-turn tool-call limit is a loop flag like the others: 8 by default,
+// QUARRY_AGENT_LOOP_MAX_TOOL_CALLS_PER_TURN overrides the default, the command line
+// wins over both, and a value that would run no call stops the start naming the flag.
+func TestTheToolCallsPerTurnLimitComesFromFlagOrEnvironment(t *testing.T) {
+	const env = "QUARRY_AGENT_LOOP_MAX_TOOL_CALLS_PER_TURN"
+	tests := []struct {
+		name    string
+		env     string
+		args    []string
+		want    int
+		wantErr bool
+	}{
+		{"the default", "", nil, 8, false},
+		{"the environment overrides the default", "12", nil, 12, false},
+		{"the command line wins over the environment", "12", []string{"-loop-max-tool-calls-per-turn", "4"}, 4, false},
+		{"zero from the environment is refused", "0", nil, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.env != "" {
+				t.Setenv(env, tt.env)
+			}
+			fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			var cfg Config
+			cfg.RegisterFlags(fs)
+			err := config.Parse(fs, "agent", tt.args, cfg.Validate)
+			if tt.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "-loop-max-tool-calls-per-turn") {
+					t.Fatalf("err %v, want one naming -loop-max-tool-calls-per-turn", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Loop.MaxToolCallsPerTurn != tt.want {
+				t.Errorf("limit %d, want %d", cfg.Loop.MaxToolCallsPerTurn, tt.want)
 			}
 		})
 	}

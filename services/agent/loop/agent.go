@@ -111,7 +111,7 @@ func (a *Agent) Answer(ctx context.Context, req *quarryv1.AnswerRequest, onDelta
 	ans := r.result()
 	if a.log.Enabled(ctx, slog.LevelDebug) {
 		a.log.DebugContext(ctx, "answered", "kb", req.GetKnowledgeBase(), "tier", spec.tier.String(), "calls", r.trace.GetCalls(),
-			"tool_calls", len(r.trace.GetToolCalls()), "stop", r.trace.GetStopReason(), "degraded", r.degraded, "elapsed", time.Since(began))
+			"tool_calls", len(r.trace.GetToolCalls()), "tool_calls_over_limit", r.overLimitCalls, "stop", r.trace.GetStopReason(), "degraded", r.degraded, "elapsed", time.Since(began))
 	}
 	return ans, nil
 }
@@ -144,6 +144,10 @@ type run struct {
 	// the model has not read since: not sources of what it writes (the extractive
 	// fallback still quotes them).
 	unread map[string]bool
+
+	// overLimitCalls counts the tool calls not run for being past the per-turn limit
+	// (see overLimit).
+	overLimitCalls int
 
 	degraded bool
 	reason   string
@@ -211,8 +215,9 @@ func (r *run) iterate(ctx, tctx context.Context, deadline time.Time, step int) (
 
 // useTools runs the calls of one assistant turn and adds the turn and every call's
 // result to the chat. Each call gets a tool message, even when it is not run (the
-// chat-completions format requires one per call). It returns why the loop must stop,
-// if it must.
+// chat-completions format requires one per call): at most -loop-max-tool-calls-per-turn
+// calls are run, the rest answered with an error (see overLimit). It returns why the
+// loop must stop, if it must.
 func (r *run) useTools(ctx, tctx context.Context, resp *ChatResponse, offered []string) (string, error) {
 	calls := r.uniqueCallIDs(resp.ToolCalls)
 	asked := make([]ToolCall, len(calls))
@@ -233,7 +238,11 @@ func (r *run) useTools(ctx, tctx context.Context, resp *ChatResponse, offered []
 	r.msgs = append(r.msgs, Message{Role: RoleAssistant, Content: resp.Content, ToolCalls: asked})
 
 	stop := ""
-	for _, tc := range calls {
+	limit := r.a.cfg.MaxToolCallsPerTurn
+	for i, tc := range calls {
+		if i >= limit {
+			break
+		}
 		out, err := r.useTool(ctx, tctx, tc, offered, &stop)
 		if err != nil {
 			return "", err
@@ -241,7 +250,32 @@ func (r *run) useTools(ctx, tctx context.Context, resp *ChatResponse, offered []
 		r.keys[len(r.msgs)] = r.a.tools.Key(tc.Name, tc.Arguments)
 		r.msgs = append(r.msgs, Message{Role: RoleTool, ToolCallID: tc.ID, Content: out})
 	}
+	if over := len(calls) - limit; over > 0 {
+		r.overLimit(ctx, calls[limit:], stop)
+	}
 	return stop, nil
+}
+
+// overLimit answers the calls of a turn past -loop-max-tool-calls-per-turn without
+// running them: each gets a tool message (the chat-completions format requires one per
+// call) telling the model the limit, or, when the loop is stopping anyway, why. They
+// are not counted by loop detection (they did not run, and the model is told it may ask
+// again), and they get no entry in the trace's tool calls nor a span each, so that a
+// turn of hundreds costs neither: the iteration and answer spans count them.
+func (r *run) overLimit(ctx context.Context, calls []ToolCall, stop string) {
+	limit := r.a.cfg.MaxToolCallsPerTurn
+	msg := fmt.Sprintf("error: not run: at most %d tool calls are run per turn and this turn asked for %d; "+
+		"if you still need this call, ask for it again in your next turn", limit, limit+len(calls))
+	if stop != "" {
+		msg = "error: not run: the loop stopped (" + stop + ")"
+	}
+	for _, tc := range calls {
+		r.msgs = append(r.msgs, Message{Role: RoleTool, ToolCallID: tc.ID, Content: msg})
+	}
+	r.overLimitCalls += len(calls)
+	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("quarry.agent.tool_calls_over_limit", len(calls)))
+	r.a.log.InfoContext(ctx, "the model asked for more tool calls in one turn than are run; answered the rest with an error",
+		"kb", r.req.GetKnowledgeBase(), "tier", r.spec.tier.String(), "asked", limit+len(calls), "limit", limit)
 }
 
 // unnamedTool stands in, in the echoed assistant turn, for the name of a call the model

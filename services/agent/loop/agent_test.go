@@ -467,6 +467,123 @@ func TestMalformedToolCallsGetToolErrors(t *testing.T) {
 	}
 }
 
+// answeredOnce checks that every call of every assistant turn in msgs is answered by
+// exactly one tool message, as chat-completions servers require, and returns the tool
+// messages of the first turn with calls, in order.
+func answeredOnce(t *testing.T, msgs []Message) []Message {
+	t.Helper()
+	var first []Message
+	for i, m := range msgs {
+		if m.Role != RoleAssistant || len(m.ToolCalls) == 0 {
+			continue
+		}
+		replies := map[string]int{}
+		var turn []Message
+		for _, r := range msgs[i+1:] {
+			if r.Role != RoleTool {
+				break
+			}
+			replies[r.ToolCallID]++
+			turn = append(turn, r)
+		}
+		if len(turn) != len(m.ToolCalls) {
+			t.Errorf("message %d: %d calls, %d tool messages", i, len(m.ToolCalls), len(turn))
+		}
+		for _, tc := range m.ToolCalls {
+			if replies[tc.ID] != 1 {
+				t.Errorf("message %d: call %s answered %d times", i, tc.ID, replies[tc.ID])
+			}
+		}
+		if first == nil {
+			first = turn
+		}
+	}
+	return first
+}
+
+// A turn may ask for any number of tool calls; at most -loop-max-tool-calls-per-turn
+// are run, the rest each get a tool error naming the limit (never dropped: every call
+// needs its tool message), and the conversation goes on with the tools still offered.
+// The calls not run are not counted by loop detection, so asking again next turn runs
+// them, and the iterations count turns, not calls.
+func TestToolCallsPastThePerTurnLimitAreAnsweredNotRun(t *testing.T) {
+	read := func(path string) string { return `read_document {"path":"` + path + `"}` }
+	tests := []struct {
+		name      string
+		limit     int
+		req       func(*memKB) *quarryv1.AnswerRequest
+		turns     []turn
+		reads     []string
+		first     []string // what the first turn's tool messages say, in order
+		toolCalls int      // in the trace: those run or stopped, not those past the limit
+		iters     int32
+		calls     int32
+		stop      string
+	}{
+		{"T4 runs the first calls of a turn and answers the rest with the limit", 3, t4Req,
+			[]turn{use(read("deploy/checklist.md"), read("deploy/rollback.md"), read("ops/oncall.md"), read("a.md"), read("b.md")), say("Done.")},
+			[]string{"deploy/checklist.md", "deploy/rollback.md", "ops/oncall.md"},
+			[]string{"smoke tests", "kubectl rollout undo", "alert router",
+				"error: not run: at most 3 tool calls are run per turn and this turn asked for 5; if you still need this call, ask for it again in your next turn",
+				"error: not run: at most 3 tool calls are run per turn and this turn asked for 5"},
+			3, 2, 2, StopAnswered},
+		{"a call past the limit asked for again next turn runs and is no repeat", 2, t4Req,
+			[]turn{use(read("deploy/checklist.md"), read("deploy/rollback.md"), read("ops/oncall.md")), use(read("ops/oncall.md")), say("Done.")},
+			[]string{"deploy/checklist.md", "deploy/rollback.md", "ops/oncall.md"},
+			[]string{"smoke tests", "kubectl rollout undo", "at most 2 tool calls are run per turn and this turn asked for 3"},
+			3, 3, 3, StopAnswered},
+		{"a turn within the limit runs whole", 3, t4Req,
+			[]turn{use(read("deploy/checklist.md"), read("ops/oncall.md")), say("Done.")},
+			[]string{"deploy/checklist.md", "ops/oncall.md"},
+			[]string{"smoke tests", "alert router"},
+			2, 2, 2, StopAnswered},
+		{"T3 steps have the same limit", 1, t3Req,
+			[]turn{use(read("deploy/rollback.md"), read("ops/oncall.md")), say("Done.")},
+			[]string{"deploy/rollback.md"},
+			[]string{"kubectl rollout undo", "at most 1 tool calls are run per turn and this turn asked for 2"},
+			1, 1, 2, StopAnswered},
+		{"a repeat within the limit still stops the loop; the calls past it say so", 3, t4Req,
+			[]turn{use(read("ops/oncall.md"), read("ops/oncall.md"), read("deploy/rollback.md"), read("deploy/checklist.md")), say("From what I read.")},
+			[]string{"ops/oncall.md"},
+			[]string{"alert router", "already made", "not run: the loop stopped (loop_detected)", "not run: the loop stopped (loop_detected)"},
+			3, 1, 2, StopLoopDetected},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.MaxToolCallsPerTurn = tt.limit
+			h := newHarness(t, cfg, tt.turns...)
+			ans, err := h.answer(t, context.Background(), tt.req(h.kb))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(h.kb.reads, tt.reads) {
+				t.Errorf("reads %v, want %v", h.kb.reads, tt.reads)
+			}
+			reqs := h.llm.requests()
+			if len(reqs) != int(tt.calls) {
+				t.Fatalf("%d calls, want %d", len(reqs), tt.calls)
+			}
+			if tt.stop == StopAnswered && len(reqs[1].Tools) == 0 && tt.req(h.kb).Tier == quarryv1.Tier_TIER_AGENTIC {
+				t.Error("the turn after the limit was offered no tools")
+			}
+			turn := answeredOnce(t, reqs[len(reqs)-1].Messages)
+			if len(turn) != len(tt.first) {
+				t.Fatalf("first turn's tool messages %+v, want %d", turn, len(tt.first))
+			}
+			for i, want := range tt.first {
+				if !strings.Contains(turn[i].Content, want) {
+					t.Errorf("tool message %d = %q, want it to say %q", i, turn[i].Content, want)
+				}
+			}
+			l := ans.Llm
+			if ans.Degraded || l.StopReason != tt.stop || len(l.ToolCalls) != tt.toolCalls || l.Iterations != tt.iters || l.Calls != tt.calls {
+				t.Errorf("answer %q degraded %v trace %v", ans.Answer, ans.Degraded, l)
+			}
+		})
+	}
+}
+
 // Each tool message answers its call by id, so within a turn every call needs an id of
 // its own, or servers reject the next request. Missing and repeated ids are made up;
 // a made-up id must not take one the model wrote for a later call.
@@ -777,6 +894,9 @@ func TestConfigValidate(t *testing.T) {
 	if d.T3MaxTokens != 1024 || d.T3Temperature != 0.3 || d.T4MaxTokens != 2048 || d.T4Temperature != 0.5 || d.T4MaxIterations != 50 {
 		t.Errorf("defaults %+v differ from SPEC's T3/T4 numbers", d)
 	}
+	if d.MaxToolCallsPerTurn != 8 {
+		t.Errorf("-loop-max-tool-calls-per-turn defaults to %d, want 8", d.MaxToolCallsPerTurn)
+	}
 	tests := []struct {
 		name string
 		edit func(*Config)
@@ -787,6 +907,7 @@ func TestConfigValidate(t *testing.T) {
 		{"the deadline is positive", func(c *Config) { c.Deadline = 0 }, "-loop-deadline"},
 		{"the manifest fetch has time", func(c *Config) { c.ManifestTimeout = 0 }, "-manifest-timeout"},
 		{"iterations are at least 1", func(c *Config) { c.T4MaxIterations = 0 }, "-t4-max-iterations"},
+		{"a turn may run a tool call", func(c *Config) { c.MaxToolCallsPerTurn = 0 }, "-loop-max-tool-calls-per-turn"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

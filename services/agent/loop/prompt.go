@@ -32,7 +32,7 @@ func (a *Agent) prompt(spec tierSpec, req *quarryv1.AnswerRequest, manifest stri
 	case quarryv1.Tier_TIER_SINGLE_LLM:
 		sys.WriteString(systemT3)
 		if spec.maxSteps > 0 {
-			fmt.Fprintf(&sys, "\nIf the documents given are not enough, you may read other documents of the knowledge base with read_document, in at most %d rounds; then answer.", spec.maxSteps)
+			fmt.Fprintf(&sys, "\nIf the documents given are not enough, you may read other documents of the knowledge base with read_document, in at most %d rounds of at most %d calls each; then answer.", spec.maxSteps, a.cfg.MaxToolCallsPerTurn)
 		}
 		user.WriteString("# Documents found for the question\n")
 		if len(req.GetPrefetched()) == 0 {
@@ -56,7 +56,7 @@ func (a *Agent) prompt(spec tierSpec, req *quarryv1.AnswerRequest, manifest stri
 		}
 	default:
 		sys.WriteString(systemT4)
-		fmt.Fprintf(&sys, "\nYou may make at most %d rounds of tool calls.", spec.maxSteps)
+		fmt.Fprintf(&sys, "\nYou may make at most %d rounds of tool calls, of at most %d calls each.", spec.maxSteps, a.cfg.MaxToolCallsPerTurn)
 		user.WriteString("# Search results for the question (starting points; read before relying on them)\n\n")
 		if len(req.GetSources()) == 0 {
 			user.WriteString("(none)\n")

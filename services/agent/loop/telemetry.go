@@ -51,6 +51,9 @@ func (r *run) record(span trace.Span) {
 		// how many characters (see shrink).
 		attribute.Int("quarry.agent.context_trims", r.trims),
 		attribute.Int("quarry.agent.context_trimmed_chars", r.trimmedChars),
+		// Tool calls not run for being past -loop-max-tool-calls-per-turn (each
+		// iteration span that had some counts its own).
+		attribute.Int("quarry.agent.tool_calls_over_limit", r.overLimitCalls),
 	}
 	// A provider that reported no usage (a server streaming without it) gave 0 and 0:
 	// counts it did not give are left out, as on each chat's span.

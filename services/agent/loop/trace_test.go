@@ -2,6 +2,8 @@ package loop
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"slices"
 	"testing"
 
@@ -122,3 +124,38 @@ func TestAnswersAreTraced(t *testing.T) {
 func t3Req(kb *memKB) *quarryv1.AnswerRequest { return t3Request(kb) }
 
 func t4Req(*memKB) *quarryv1.AnswerRequest { return t4Request() }
+
+// TestToolCallsPastTheLimitAreCounted: the calls of a turn past
+// -loop-max-tool-calls-per-turn get no execute_tool span each (a turn may ask for
+// hundreds); the iteration span and the answer's totals count them.
+func TestToolCallsPastTheLimitAreCounted(t *testing.T) {
+	tp, exp := telemetrytest.Tracing()
+	cfg := testConfig()
+	cfg.MaxToolCallsPerTurn = 2
+	h := newHarness(t, cfg, use(`search {"query":"a"}`, `search {"query":"b"}`, `search {"query":"c"}`, `search {"query":"d"}`, `search {"query":"e"}`),
+		use(`search {"query":"c"}`), say("Done."))
+	exp.Reset()
+	ctx, server := tp.Tracer("test").Start(context.Background(), "server")
+	_, err := h.answer(t, ctx, t4Request())
+	server.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	over := map[string]string{}
+	for _, s := range exp.GetSpans() {
+		names = append(names, s.Name)
+		for _, a := range s.Attributes {
+			if a.Key == "quarry.agent.tool_calls_over_limit" {
+				over[s.Name+"@"+fmt.Sprint(len(names))] = a.Value.String()
+			}
+		}
+	}
+	want := []string{"execute_tool search", "execute_tool search", "agent.iteration", "execute_tool search", "agent.iteration", "agent.iteration", "server"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("spans %v, want %v", names, want)
+	}
+	if w := map[string]string{"agent.iteration@3": "3", "server@7": "3"}; !maps.Equal(over, w) {
+		t.Errorf("quarry.agent.tool_calls_over_limit on %v, want %v", over, w)
+	}
+}

@@ -9,6 +9,7 @@ package loop_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +79,14 @@ func TestMalformedToolCallsDoNotBreakTheConversation(t *testing.T) {
 			{ID: "call_0", Name: "read_document", Arguments: `{"path":"ops/oncall.md"}`},
 		},
 		told: []string{"ops/oncall.md", "The on-call engineer is paged by the alert router."},
+	}, {
+		// A turn asking for more calls than -loop-max-tool-calls-per-turn (8): the
+		// first 8 run, the rest are not run but each still answered, by an error
+		// naming the limit, so the server accepts the history.
+		name:  "more calls than are run in one turn",
+		calls: flood(10),
+		told: append(slices.Repeat([]string{"ops/oncall.md"}, 8), slices.Repeat(
+			[]string{"error: not run: at most 8 tool calls are run per turn and this turn asked for 10"}, 2)...),
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -120,6 +129,15 @@ func TestMalformedToolCallsDoNotBreakTheConversation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// flood is a turn of n searches, each for something else.
+func flood(n int) []llmtest.Call {
+	calls := make([]llmtest.Call, n)
+	for i := range calls {
+		calls[i] = llmtest.Call{ID: fmt.Sprintf("c%d", i), Name: "search", Arguments: fmt.Sprintf(`{"query":"on-call %d"}`, i)}
+	}
+	return calls
 }
 
 // Loop detection stops a call the model already made even when it spells it
