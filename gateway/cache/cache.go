@@ -35,6 +35,10 @@ type Entry struct {
 	Value []byte
 	// StoredAt is set by the store when the entry is put.
 	StoredAt time.Time
+	// expires is when the store that returned the entry stops serving it, as the replica
+	// that stored it wrote it (zero when the store keeps no such instant): a copy of it
+	// (Near) must not outlive it, whatever this replica's own -cache-ttl.
+	expires time.Time
 }
 
 // Size is the number of bytes an entry counts against Config.MaxEntryBytes; every

@@ -169,9 +169,15 @@ func (n *Near) lookup(k nearKey) *Entry {
 	return it.e
 }
 
-// keep holds e until it expires or is the least recently used when room is needed.
+// keep holds e until it expires or is the least recently used when room is needed. It
+// expires a TTL after it was stored, or earlier when the replica that stored it said so:
+// during a rolling change of -cache-ttl, a replica with the longer TTL dated copies of
+// the others' entries past the expiry Redis serves them until.
 func (n *Near) keep(e *Entry) {
 	expires := e.StoredAt.Add(n.ttl)
+	if !e.expires.IsZero() && e.expires.Before(expires) {
+		expires = e.expires
+	}
 	size := e.Size() + nearOverhead + nearTokenOverhead*len(e.Tokens)
 	if size > n.maxBytes || !n.now().Before(expires) {
 		return

@@ -261,3 +261,48 @@ func TestNearCopyOfAPutExpiresWithTheSharedEntry(t *testing.T) {
 		t.Fatalf("copy served (from copy %v) after the shared entry expired", fromCopy)
 	}
 }
+
+// TestNearCopyExpiresWhenTheWriterSaid: a copy of an entry another replica stored lives
+// no longer than the expiry that replica wrote into it, which Redis serves it until.
+// Dated with this replica's own -cache-ttl, a replica with a longer TTL (a rolling
+// change of -cache-ttl) served its copies long after Redis had let the entries expire.
+func TestNearCopyExpiresWhenTheWriterSaid(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, testRedisConfig(srv.Addr, ""))
+	ctx := context.Background()
+	tests := []struct {
+		name                string
+		writerTTL, ownTTL   time.Duration
+		after               time.Duration
+		wantCopy, wantRedis bool
+	}{
+		{"writer's TTL shorter: its expiry ends the copy", time.Minute, time.Hour, 2 * time.Minute, false, false},
+		{"writer's TTL shorter: served before its expiry", time.Minute, time.Hour, 30 * time.Second, true, true},
+		{"writer's TTL longer: the copy keeps to its own", time.Hour, time.Minute, 2 * time.Minute, false, true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := cachetest.NewClock()
+			rc := testRedisConfig(srv.Addr, fmt.Sprintf("ttl%d:", i))
+			wcfg, ocfg := cache.DefaultConfig(), cache.DefaultConfig()
+			wcfg.TTL, ocfg.TTL = tt.writerTTL, tt.ownTTL
+			writer := cache.NewRedis(client, wcfg, rc, clock.Now, nil)
+			own := cache.NewRedis(client, ocfg, rc, clock.Now, nil)
+			near := cache.NewNear(own, ocfg, 1<<20, clock.Now)
+			e := &cache.Entry{KB: "kb", Generation: 1, Query: "how do i rotate keys?", Tokens: []string{"rotate", "keys"}, Value: []byte("answer")}
+			if err := writer.Put(ctx, e); err != nil {
+				t.Fatal(err)
+			}
+			if _, fromCopy, err := near.GetCopy(ctx, "kb", 1, e.Query); err != nil || fromCopy {
+				t.Fatalf("first lookup: from copy %v, %v; want Redis's entry", fromCopy, err)
+			}
+			clock.Advance(tt.after)
+			if _, err := own.Get(ctx, "kb", 1, e.Query); (err == nil) != tt.wantRedis {
+				t.Fatalf("Redis after %s: %v, want served %v", tt.after, err, tt.wantRedis)
+			}
+			if _, fromCopy, err := near.GetCopy(ctx, "kb", 1, e.Query); fromCopy != tt.wantCopy {
+				t.Errorf("after %s: from copy %v (%v), want %v", tt.after, fromCopy, err, tt.wantCopy)
+			}
+		})
+	}
+}

@@ -96,7 +96,8 @@ const maxFuzzyFetch = 8
 // alone. A fuzzy lookup is one Lua script that reads only the postings of the
 // query's rarest tokens (prefix filtering, bounded by PostingScan), scores each
 // candidate, and returns only the best one's entry. A sorted set <prefix>lru bounds the
-// entry count, least recently used first.
+// entry count, least recently used first; each posted entry's index record
+// (<prefix>i:…) lets its eviction take it out of its postings too.
 //
 // Generations are part of every key: a bump makes every older entry unreachable
 // without deleting anything; those entries simply expire.
@@ -362,6 +363,23 @@ func (r *Redis) Similar(ctx context.Context, kb string, gen uint64, tokens []str
 	return e, sim, nil
 }
 
+// indexRecord is what putScript needs to take an evicted entry out of the fuzzy index:
+// its posting member, the common start of its postings' keys, then each token's key
+// part, every field as "<length>:<bytes>" (members are binary).
+func indexRecord(member, postingPrefix string, tokens []string) string {
+	var b []byte
+	field := func(s string) {
+		b = strconv.AppendInt(b, int64(len(s)), 10)
+		b = append(append(b, ':'), s...)
+	}
+	field(member)
+	field(postingPrefix)
+	for _, t := range tokens {
+		field(keyPart(t))
+	}
+	return string(b)
+}
+
 // Put implements Store.
 func (r *Redis) Put(ctx context.Context, e *Entry) error {
 	if e.Size() > r.cfg.MaxEntryBytes {
@@ -373,22 +391,30 @@ func (r *Redis) Put(ctx context.Context, e *Entry) error {
 	c := &Entry{KB: e.KB, Generation: e.Generation, Query: e.Query, Tokens: tokens, Value: e.Value, StoredAt: now}
 	expires := now.Add(r.cfg.TTL)
 	part := keyPart(e.Query)
-	keys := make([]string, 0, 3+len(tokens))
-	keys = append(keys, r.entryPrefix(e.KB, e.Generation)+part, r.lruKey, r.seqKey)
+	rest := e.KB + ":" + strconv.FormatUint(e.Generation, 10) + ":" + part
+	keys := make([]string, 0, 4+len(tokens))
+	keys = append(keys, r.prefix+"e:"+rest, r.lruKey, r.seqKey, r.prefix+"i:"+rest)
+	m := member(tokens, part)
+	record := ""
 	// An entry with too few or too many tokens never takes part in fuzzy matching: no
-	// postings.
+	// postings, and no index record.
 	if len(tokens) >= r.cfg.FuzzyMinTokens && len(tokens) <= MaxFuzzyTokens {
 		for _, t := range tokens {
 			keys = append(keys, r.postingKey(e.KB, e.Generation, t))
 		}
+		record = indexRecord(m, r.postingKey(e.KB, e.Generation, ""), tokens)
 	}
 	args := []any{
 		encodeEntry(c, expires),
 		max(r.cfg.TTL.Milliseconds(), 1),
-		member(tokens, part),
+		m,
 		expires.UnixMilli(),
 		r.cfg.MaxEntries,
 		now.UnixMilli(),
+		record,
+		r.prefix + "e:",
+		r.prefix + "i:",
+		r.prefix + "t:",
 	}
 	err := r.call(ctx, opPut, func(ctx context.Context) error {
 		return putScript.Run(ctx, r.c, keys, args...).Err()
@@ -414,14 +440,27 @@ return v
 `)
 
 // putScript stores an entry, indexes it under its tokens, and keeps the entry count
-// within the bound by evicting the least recently used. Evicted entries' postings are
-// left to expire, and are dropped early by the fuzzy lookup that finds them dangling.
+// within the bound by evicting the least recently used. Each posted entry has an index
+// record (<prefix>i:<kb>:<generation>:<query>, indexRecord, with the entry's TTL) naming
+// its member and postings, so an evicted entry leaves the fuzzy index with it:
+// -cache-max-entries bounds the postings too, whatever the TTL. Left to expire, the
+// members of evicted entries made the postings grow with the answers stored per TTL.
+// An entry Redis lost otherwise (maxmemory, a DEL by hand, one stored by a release
+// without index records) leaves its members to expire, or to the fuzzy lookup that
+// finds them dangling.
 //
-// KEYS: entry, lru, seq, postings...
-// ARGV: value, ttl (ms), posting member, expiry (unix ms), max entries, now (unix ms).
+// KEYS: entry, lru, seq, index record, postings...
+// ARGV: value, ttl (ms), posting member, expiry (unix ms), max entries, now (unix ms),
+// index record ("" when not posted), then the prefixes of entry, index record and
+// posting keys.
 var putScript = redis.NewScript(`
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-for i = 4, #KEYS do
+if #KEYS > 4 then
+  redis.call('SET', KEYS[4], ARGV[7], 'PX', ARGV[2])
+else
+  redis.call('DEL', KEYS[4])
+end
+for i = 5, #KEYS do
   redis.call('ZADD', KEYS[i], ARGV[4], ARGV[3])
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', ARGV[6])
   redis.call('PEXPIRE', KEYS[i], ARGV[2])
@@ -432,10 +471,35 @@ for i = 1, 4 do
   if #old == 0 or old[1] == KEYS[1] or redis.call('EXISTS', old[1]) == 1 then break end
   redis.call('ZREM', KEYS[2], old[1])
 end
+-- unpost takes an evicted entry's member out of its postings, as its index record says;
+-- a record that is missing or not one of ours changes nothing (pcall: nor does a key
+-- of another type).
+local ep, ip, tp = ARGV[8], ARGV[9], ARGV[10]
+local sub, find = string.sub, string.find
+local function unpost(entry)
+  if sub(entry, 1, #ep) ~= ep then return end
+  local rk = ip .. sub(entry, #ep + 1)
+  local rec = redis.pcall('GET', rk)
+  if type(rec) ~= 'string' then return end
+  local f, i = {}, 1
+  while i <= #rec do
+    local c = find(rec, ':', i, true)
+    local n = c and tonumber(sub(rec, i, c - 1))
+    if not n or c + n > #rec then return end
+    f[#f + 1] = sub(rec, c + 1, c + n)
+    i = c + n + 1
+  end
+  if #f < 3 or sub(f[2], 1, #tp) ~= tp then return end
+  for j = 3, #f do redis.pcall('ZREM', f[2] .. f[j], f[1]) end
+  redis.call('DEL', rk)
+end
 local limit = tonumber(ARGV[5])
 while redis.call('ZCARD', KEYS[2]) > limit do
   local old = redis.call('ZPOPMIN', KEYS[2])
-  if old[1] ~= KEYS[1] then redis.call('DEL', old[1]) end
+  if old[1] ~= KEYS[1] then
+    unpost(old[1])
+    redis.call('DEL', old[1])
+  end
 end
 return 1
 `)

@@ -66,6 +66,7 @@ func decodeEntry(b []byte) (*Entry, time.Time, error) {
 		return nil, time.Time{}, errBadEntry
 	}
 	e.Value = d.b
+	e.expires = expires
 	return e, expires, nil
 }
 

@@ -258,36 +258,95 @@ func TestRedisKeysExpireWithTheirEntries(t *testing.T) {
 	}
 }
 
-func TestRedisEvictedEntriesLeaveThePostings(t *testing.T) {
+// TestRedisDanglingPostingsAreDroppedByTheLookup: an entry Redis lost before its time
+// (maxmemory eviction, a DEL by hand, a replica of an older release that kept no index
+// record) leaves its members in the postings; the first lookup that finds them
+// dangling drops them.
+func TestRedisDanglingPostingsAreDroppedByTheLookup(t *testing.T) {
 	srv := redistest.Start(t)
 	rc := testRedisConfig(srv.Addr, "q:")
 	client := newClient(t, rc)
 	ctx := context.Background()
-	cfg := cache.DefaultConfig()
-	cfg.MaxEntries = 1
-	s := cache.NewRedis(client, cfg, rc, time.Now, nil)
+	s := cache.NewRedis(client, cache.DefaultConfig(), rc, time.Now, nil)
 	if err := s.Put(ctx, rotateEntry("kb", 1)); err != nil {
 		t.Fatal(err)
 	}
-	other := &cache.Entry{KB: "kb", Generation: 1, Query: "deploy the service", Tokens: []string{"deploy", "service"}, Value: []byte("x")}
-	if err := s.Put(ctx, other); err != nil { // evicts the first
+	e := rotateEntry("kb", 1)
+	if err := client.Del(ctx, s.EntryKey("kb", 1, e.Query)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	members := func() int64 {
 		var n int64
-		for _, tok := range rotateEntry("kb", 1).Tokens {
+		for _, tok := range e.Tokens {
 			n += client.ZCard(ctx, "q:t:kb:1:"+tok).Val()
 		}
 		return n
 	}
 	if n := members(); n != 3 {
-		t.Fatalf("postings hold %d members before the lookup, want the evicted entry's 3", n)
+		t.Fatalf("postings hold %d members before the lookup, want the lost entry's 3", n)
 	}
-	if _, _, err := s.Similar(ctx, "kb", 1, rotateEntry("kb", 1).Tokens); !errors.Is(err, cache.ErrMiss) {
-		t.Fatalf("Similar found an evicted entry: %v", err)
+	if _, _, err := s.Similar(ctx, "kb", 1, e.Tokens); !errors.Is(err, cache.ErrMiss) {
+		t.Fatalf("Similar found a lost entry: %v", err)
 	}
 	if n := members(); n != 0 {
 		t.Fatalf("postings hold %d members after the lookup found them dangling, want 0", n)
+	}
+}
+
+// TestRedisEvictionEmptiesThePostings: -cache-max-entries bounds the fuzzy index too.
+// An entry evicted for room takes its members out of its postings at once; left there
+// until their expiry, the postings grew with the answers stored per TTL rather than
+// with the entries kept (with -cache-ttl 1h and 10 new answers a second, 36,000
+// entries' worth of members behind a bound of 10,000), and nothing bounded Redis's
+// memory but maxmemory.
+func TestRedisEvictionEmptiesThePostings(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, testRedisConfig(srv.Addr, ""))
+	ctx := context.Background()
+	long := strings.Repeat("very long question about deployment ", 4) // hashed in the key
+	tests := []struct {
+		name   string
+		prefix string
+		query  func(i int) string
+	}{
+		{"short questions", "a:", func(i int) string { return fmt.Sprintf("deploy service %d", i) }},
+		{"hashed long questions", "b:", func(i int) string { return fmt.Sprintf("%s%d", long, i) }},
+		{"a prefix holding e: and i:", "x:e:i:", func(i int) string { return fmt.Sprintf("deploy: e:%d", i) }},
+	}
+	const kept, put = 5, 60
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rc := testRedisConfig(srv.Addr, tt.prefix)
+			cfg := cache.DefaultConfig()
+			cfg.TTL, cfg.MaxEntries = time.Hour, kept
+			s := cache.NewRedis(client, cfg, rc, time.Now, nil)
+			for i := range put {
+				q := tt.query(i)
+				e := &cache.Entry{KB: "kb", Generation: 7, Query: q, Tokens: []string{"deploy", "service", strconv.Itoa(i)}, Value: []byte("x")}
+				if err := s.Put(ctx, e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, tok := range []string{"deploy", "service"} {
+				if n := client.ZCard(ctx, tt.prefix+"t:kb:7:"+tok).Val(); n != kept {
+					t.Errorf("posting %q holds %d members after %d puts, want the %d entries kept", tok, n, put, kept)
+				}
+			}
+			keys, err := client.Keys(ctx, tt.prefix+"*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Kept entries with their index records and own-token postings, two shared
+			// postings, lru and seq.
+			if want := kept*3 + 2 + 2; len(keys) != want {
+				t.Errorf("%d keys under %q, want %d: %v", len(keys), tt.prefix, want, keys)
+			}
+			// The entries kept are the newest, and still found by their words.
+			q := tt.query(put - 1)
+			if _, _, err := s.Similar(ctx, "kb", 7, []string{"deploy", "service", strconv.Itoa(put - 1)}); err != nil {
+				t.Errorf("Similar(%q) = %v, want the newest entry", q, err)
+			}
+		})
 	}
 }
 
