@@ -243,10 +243,36 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 		prefix, timeout := cfg.Redis.Prefix(), cfg.Redis.Timeout
 		reg.PoolSignalsVia(func(id string) signals.Pool { return signals.NewRedisPool(client, prefix, id, timeout) })
 	}
+	// -kb-root rescans for knowledge bases added (or repaired) while the service runs,
+	// with the folder rescans (-watch-poll).
+	followRoot := cfg.KBRoot != "" && cfg.Load.Write.Watch && cfg.Load.Write.WatchPoll > 0
+	failed := map[string]string{} // -kb-root entries that did not load → the error logged
+	var loadErrs []error
 	for _, id := range sortedKeys(kbs) {
 		if _, err := reg.Load(ctx, id, kbs[id]); err != nil {
-			return err
+			if ctx.Err() != nil {
+				// SIGTERM during start: a stop asked for, not a failure. A half-built
+				// index holds no fingerprint and is rebuilt by the next start.
+				log.Info("stopped while loading the knowledge bases", "kb", id)
+				return nil
+			}
+			err = loadError(err)
+			if _, named := cfg.KBs[id]; named {
+				return err
+			}
+			// One team's folder under -kb-root (too many files, unreadable) must not
+			// take every other team's knowledge base down with it.
+			retry := "it is not served until the service restarts"
+			if followRoot {
+				retry = "it is tried again at each -watch-poll rescan"
+			}
+			log.Error("knowledge base under -kb-root not loaded; the others are served and "+retry, "kb", id, "err", err)
+			failed[id] = err.Error()
+			loadErrs = append(loadErrs, err)
 		}
+	}
+	if len(loadErrs) == len(kbs) {
+		return fmt.Errorf("no knowledge base could be loaded: %w", errors.Join(loadErrs...))
 	}
 	// Not ended by ctx: the service goes on answering (and counting hits, and taking
 	// writes' curations) through the drain that ctx's end begins. The deferred stop runs
@@ -270,6 +296,12 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 			waitPoll := reg.PollFolders(pollCtx, cfg.Load.Write.WatchPoll)
 			defer func() { stopPoll(); waitPoll() }()
 		}
+	}
+	if followRoot {
+		rootCtx, stopRoot := context.WithCancel(ctx)
+		waitRoot := cfg.followKBRoot(rootCtx, reg, cfg.Load.Write.WatchPoll, failed, log)
+		// It loads through the registry: it must be gone before Close.
+		defer func() { stopRoot(); waitRoot() }()
 	}
 	// Served until Run returns, through the drain after SIGTERM: a stopping replica's
 	// last scrapes record how its last calls went.
@@ -309,7 +341,7 @@ func Run(ctx context.Context, args []string, log *slog.Logger, ready func(net.Ad
 	quarryv1.RegisterKnowledgeServiceServer(s.Server, server.NewKnowledge(reg, log))
 	s.SetServing(quarryv1.SearchService_ServiceDesc.ServiceName)
 	s.SetServing(quarryv1.KnowledgeService_ServiceDesc.ServiceName)
-	log.Info("search serving", "addr", lis.Addr().String(), "knowledge_bases", len(kbs))
+	log.Info("search serving", "addr", lis.Addr().String(), "knowledge_bases", len(reg.States()))
 	if ready != nil {
 		ready(lis.Addr())
 	}
@@ -357,6 +389,73 @@ func (c *Config) knowledgeBases(log *slog.Logger) (map[string]string, error) {
 		return nil, fmt.Errorf("no knowledge base found under -kb-root %s", c.KBRoot)
 	}
 	return out, nil
+}
+
+// loadError adds to a load's error what the operator can do about it.
+func loadError(err error) error {
+	if errors.Is(err, tree.ErrTooManyFiles) {
+		return fmt.Errorf("%w (raise -kb-max-files to serve it)", err)
+	}
+	return err
+}
+
+// followKBRoot lists -kb-root every interval and loads the knowledge bases not served
+// yet: folders (or links) added while the service runs, as a team's sync job or
+// git-sync adds them, and those that failed to load before (failed, which it owns from
+// now on: each error is logged once, not at every rescan). A knowledge base whose
+// folder goes away is not unloaded (the registry cannot unload one). wait returns once
+// it has stopped after ctx is done.
+func (c *Config) followKBRoot(ctx context.Context, reg *kb.Registry, interval time.Duration, failed map[string]string, log *slog.Logger) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			c.loadNewKBs(ctx, reg, failed, log)
+		}
+	}()
+	return func() { <-done }
+}
+
+// loadNewKBs loads the knowledge bases under -kb-root that the registry does not serve.
+func (c *Config) loadNewKBs(ctx context.Context, reg *kb.Registry, failed map[string]string, log *slog.Logger) {
+	// Misnamed folders were named at start; a root that cannot be read for a moment (a
+	// volume being remounted) is read again at the next rescan.
+	kbs, err := c.knowledgeBases(slog.New(slog.DiscardHandler))
+	if err != nil {
+		return
+	}
+	for _, id := range sortedKeys(kbs) {
+		if ctx.Err() != nil {
+			return
+		}
+		if _, err := reg.Get(id); err == nil {
+			continue // served: its own folder's watcher and rescans follow it
+		}
+		// A link added under -kb-root may lead into -data-dir, as one at start may.
+		err := dataDirApart(c.Load.DataDir, []string{kbs[id]})
+		if err == nil {
+			_, err = reg.Load(ctx, id, kbs[id])
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if err = loadError(err); failed[id] != err.Error() {
+				failed[id] = err.Error()
+				log.Error("knowledge base under -kb-root not loaded; it is tried again at each -watch-poll rescan", "kb", id, "err", err)
+			}
+			continue
+		}
+		delete(failed, id)
+		log.Info("knowledge base found under -kb-root and loaded", "kb", id, "folder", kbs[id])
+	}
 }
 
 // loadPolicy reads the API keys; the KnowledgeService needs the write right.
