@@ -973,3 +973,24 @@ func TestARefusalPastTheDeadlineIsNotRetried(t *testing.T) {
 		t.Errorf("the chat was trimmed after the deadline: %q", got)
 	}
 }
+
+// The most recent tool result is never trimmed to fit the context window: the model
+// just asked for it. A turn past -loop-max-tool-calls-per-turn ends with tool messages
+// of calls not run; taken for the most recent result, they let the result of the last
+// call that ran be trimmed away.
+func TestTheLastResultRunIsNotTrimmedBehindCallsPastTheLimit(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxToolCallsPerTurn = 1
+	h := newHarness(t, cfg, use(`read_document {"path":"deploy/checklist.md"}`, `read_document {"path":"deploy/rollback.md"}`), tooLong, say("From what was read."))
+	h.kb.docs["deploy/checklist.md"].Content = strings.Repeat("Check the error budget before a production deploy. ", 20)
+	if _, err := h.answer(t, context.Background(), t4Request()); err != nil {
+		t.Fatal(err)
+	}
+	for i, req := range h.llm.requests() {
+		for _, m := range req.Messages {
+			if m.Role == RoleTool && strings.HasPrefix(m.Content, "[trimmed") {
+				t.Errorf("request %d: the only result run, the most recent, was trimmed: %q", i, m.Content)
+			}
+		}
+	}
+}

@@ -27,9 +27,11 @@ func trimNote(n int) string {
 // prompt and the question are never touched. A call trimmed away may be made again:
 // loop detection forgets it. shrink reports false when nothing is left to shorten.
 func (r *run) shrink(ctx context.Context) bool {
+	// The most recent result of a call that ran (only those have a key): the tool
+	// messages of calls past -loop-max-tool-calls-per-turn may follow it.
 	last := -1
 	for i := len(r.msgs) - 1; i >= 0; i-- {
-		if r.msgs[i].Role == RoleTool {
+		if _, ran := r.keys[i]; ran && r.msgs[i].Role == RoleTool {
 			last = i
 			break
 		}
