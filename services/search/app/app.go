@@ -440,8 +440,10 @@ func (c *Config) loadNewKBs(ctx context.Context, reg *kb.Registry, failed map[st
 		}
 		// A link added under -kb-root may lead into -data-dir, as one at start may.
 		err := dataDirApart(c.Load.DataDir, []string{kbs[id]})
+		loaded := false
 		if err == nil {
-			_, err = reg.Load(ctx, id, kbs[id])
+			// Not Load: a first sync may have created it since Get.
+			_, loaded, err = reg.LoadNew(ctx, id, kbs[id])
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -454,7 +456,9 @@ func (c *Config) loadNewKBs(ctx context.Context, reg *kb.Registry, failed map[st
 			continue
 		}
 		delete(failed, id)
-		log.Info("knowledge base found under -kb-root and loaded", "kb", id, "folder", kbs[id])
+		if loaded {
+			log.Info("knowledge base found under -kb-root and loaded", "kb", id, "folder", kbs[id])
+		}
 	}
 }
 

@@ -220,6 +220,27 @@ func (r *Registry) Load(ctx context.Context, id, dir string) (*KB, error) {
 	return r.loadLocked(ctx, id, dir)
 }
 
+// LoadNew loads a knowledge base from dir unless one is served under id already, which
+// it then returns with loaded false. The check is made under the lock loads and writes
+// hold: checked apart from the load (Get, then Load), a write that created the
+// knowledge base meanwhile (a first sync) was followed by a second load of it, a new
+// generation for nothing.
+func (r *Registry) LoadNew(ctx context.Context, id, dir string) (k *KB, loaded bool, err error) {
+	if !ValidID(id) {
+		return nil, false, fmt.Errorf("%w: %q", ErrInvalidID, id)
+	}
+	r.loadMu.Lock()
+	defer r.loadMu.Unlock()
+	r.mu.RLock()
+	k = r.kbs[id]
+	r.mu.RUnlock()
+	if k != nil {
+		return k, false, nil
+	}
+	k, err = r.loadLocked(ctx, id, dir)
+	return k, err == nil, err
+}
+
 // loadLocked is Load; the caller holds loadMu.
 func (r *Registry) loadLocked(ctx context.Context, id, dir string) (*KB, error) {
 	start := time.Now()

@@ -2,6 +2,7 @@ package kb
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"log/slog"
@@ -169,5 +170,50 @@ func waitUntil(t *testing.T, cond func() bool, what string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
+	}
+}
+
+// -kb-root's rescan loads the folders the registry does not serve. Checked apart from
+// the load, a first sync creating the knowledge base between the check and the load
+// (it holds loadMu meanwhile) was followed by a second load of it: a new generation,
+// and with no -data-dir a whole re-index, for nothing.
+func TestLoadNewLeavesAKnowledgeBaseCreatedMeanwhile(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "pager.md"), []byte("# Pager\n\nThe pager rotates weekly.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var cfg Config
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	reg := NewRegistry(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer reg.Close()
+	ctx := context.Background()
+	if _, err := reg.Get("team"); err == nil {
+		t.Fatal("served before any load")
+	}
+	// A write creating "team" holds loadMu while the rescan, which found it missing,
+	// asks to load it.
+	reg.loadMu.Lock()
+	done := make(chan error, 1)
+	go func() {
+		_, loaded, err := reg.LoadNew(ctx, "team", root)
+		if err == nil && loaded {
+			err = errors.New("loaded again")
+		}
+		done <- err
+	}()
+	made, err := reg.loadLocked(ctx, "team", root)
+	reg.loadMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("LoadNew of a knowledge base created meanwhile: %v", err)
+	}
+	if k, _ := reg.Get("team"); k != made {
+		t.Errorf("generation %d, want %d: loaded twice", k.Generation, made.Generation)
 	}
 }
