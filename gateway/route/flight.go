@@ -176,13 +176,6 @@ func (f *flight[T]) publish(delta string) {
 	f.published = make(chan struct{})
 }
 
-// text is all the text published so far.
-func (f *flight[T]) text() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return strings.Join(f.deltas, "")
-}
-
 // follow is wait for a caller that streams the text: it first calls fn with the text
 // published so far, then with each later delta, in order, and returns the result only
 // once all the text has been delivered. fn runs on the caller's goroutine, so a client

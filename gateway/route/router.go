@@ -174,6 +174,10 @@ func (r *Router) Query(ctx context.Context, req *quarryv1.QueryRequest, onDelta 
 		_ = r.gens.WaitReady(wctx) // State says what came of it
 		cancel()
 		st, ok, err = r.gens.State(c.kb)
+		if err != nil && ctx.Err() != nil {
+			// The caller gave up first: its deadline or cancel, not an outage.
+			return nil, ctx.Err()
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: generation of %q: %w", ErrUnavailable, c.kb, err)
@@ -350,6 +354,13 @@ func (c *call) fuzzy(ctx context.Context, spec *speculation) *quarryv1.QueryResp
 		c.reject(ctx, rejectNegation, "one question negates what the other asks")
 		return nil
 	}
+	// So is a stop word swapped for its opposite ("before" → "after", "up" → "down",
+	// "more" → "less") or another question word ("when" → "why"): the tokens, and the
+	// search's top document, stay the same.
+	if gone, came, ok := opposite(cand.Query, c.norm); ok {
+		c.reject(ctx, rejectWordReplaced, fmt.Sprintf("%s replaced by %s asks another question", gone, came))
+		return nil
+	}
 	// (a) The same stems ask the same thing in other words: serve at once, unless a
 	// one-digit number was replaced (tokens leave those out, see contentWord), which the
 	// search must judge like any other replaced word.
@@ -460,6 +471,50 @@ func negations(q string) int {
 		}
 	}
 	return n
+}
+
+// opposites are pairs of words, one of them at least a stop word (which the tokens and
+// wordChanges leave out), that ask the opposite of each other. Swapping one for the
+// other leaves the tokens alike, so the same-stems check and the search would both
+// serve the other question's answer.
+var opposites = [][2]string{
+	{"up", "down"}, {"in", "out"}, {"on", "off"}, {"over", "under"}, {"above", "below"},
+	{"before", "after"}, {"to", "from"}, {"into", "out"}, {"more", "less"}, {"more", "fewer"},
+	{"most", "least"}, {"most", "fewest"}, {"all", "none"}, {"first", "last"},
+}
+
+// questionWords each ask another question of the same things ("when" the keys rotate is
+// not "why"). "what" and "which" are left out: they are often one another's rewording.
+var questionWords = []string{"who", "when", "where", "why", "how"}
+
+// opposite reports whether to swaps a word of from for its opposite (opposites) or for
+// another question word, counting occurrences: a word only added or only dropped is a
+// rewording. It returns the two words.
+func opposite(from, to string) (gone, came string, ok bool) {
+	count := func(q string) map[string]int {
+		m := make(map[string]int)
+		for _, w := range text.Words(q) {
+			m[w]++
+		}
+		return m
+	}
+	f, t := count(from), count(to)
+	swapped := func(a, b string) bool { return f[a] > t[a] && t[b] > f[b] }
+	for _, p := range opposites {
+		for _, ab := range [][2]string{p, {p[1], p[0]}} {
+			if swapped(ab[0], ab[1]) {
+				return ab[0], ab[1], true
+			}
+		}
+	}
+	for _, a := range questionWords {
+		for _, b := range questionWords {
+			if a != b && swapped(a, b) {
+				return a, b, true
+			}
+		}
+	}
+	return "", "", false
 }
 
 // replaced reports whether to asks about something else than from: a content word of
@@ -595,29 +650,39 @@ func (c *call) agentAnswer(ctx context.Context, res *quarryv1.ResolveResponse, o
 	// A flight started by a caller with a nearer deadline is bounded by it (agentTimeout).
 	short := af.deadline.Before(time.Now().Add(timeout / 2))
 	defer func() { r.answers.leave(key, af) }()
-	follow, streamed := onDelta, false
+	var follow func(string)
+	var got strings.Builder // the text this caller has sent on
 	if onDelta != nil {
-		follow = func(d string) { streamed = true; onDelta(d) }
+		follow = func(d string) { got.WriteString(d); onDelta(d) }
 	}
-	a, err := af.follow(ctx, follow)
-	if err == nil && short && !streamed && a.resp.GetDegraded() && !a.stored {
+	a, late, err := followWithin(ctx, af, timeout, follow)
+	if err == nil && short && got.Len() == 0 && a.resp.GetDegraded() && !a.stored {
 		// That flight ran out of its starter's time, or failed, before any text: this
 		// caller, with far more time, asks again instead of taking the other caller's
 		// fallback. A degraded flight is not joinable once over, so this starts anew.
 		r.answers.leave(key, af)
-		af = r.answers.join(ctx, key, agentTimeout(ctx, r.cfg.AgentTimeout), fn)
-		a, err = af.follow(ctx, follow)
+		timeout = agentTimeout(ctx, r.cfg.AgentTimeout)
+		af = r.answers.join(ctx, key, timeout, fn)
+		a, late, err = followWithin(ctx, af, timeout, follow)
 	}
 	if err != nil {
 		c.stageSince("agent", start, "error")
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		r.log.ErrorContext(ctx, "agent flight failed", "kb", c.kb, "err", err)
-		resp := degraded(c.kb, res, g, "the agent failed")
-		// follow has delivered all the flight's text; the fallback must follow it. The
-		// flight is over, so each caller sends that last delta itself.
-		if d := appendFallback(resp, af.text()); d != "" && onDelta != nil {
+		reason := "the agent failed"
+		if late {
+			// The flight, started by a caller with more time, goes on for it; this caller
+			// takes the fallback it would have had from a flight of its own.
+			reason = agentFailure(context.DeadlineExceeded)
+		} else {
+			r.log.ErrorContext(ctx, "agent flight failed", "kb", c.kb, "err", err)
+		}
+		resp := degraded(c.kb, res, g, reason)
+		// The fallback follows the text this caller has sent on: all the flight's text
+		// when the flight failed, what it was given so far when it stopped waiting. The
+		// flight is not this caller's to publish to, so it sends that last delta itself.
+		if d := appendFallback(resp, got.String()); d != "" && onDelta != nil {
 			onDelta(d)
 		}
 		return resp, nil
@@ -635,6 +700,21 @@ func (c *call) agentAnswer(ctx context.Context, res *quarryv1.ResolveResponse, o
 		c.explain.Llm = a.llm
 	}
 	return shallowCopy(a.resp), nil
+}
+
+// followWithin follows an agent flight for a caller whose own agent flight would have
+// been bounded by timeout (agentTimeout). A flight started by a caller with more time
+// ends later than that: this caller stops following it then, leaving the rest of its
+// time for the fallback, and late reports that it did.
+func followWithin(ctx context.Context, af *flight[answered], timeout time.Duration, fn func(string)) (a answered, late bool, err error) {
+	if d := time.Now().Add(timeout); af.deadline.After(d) {
+		wctx, cancel := context.WithDeadline(ctx, d)
+		defer cancel()
+		a, err = af.follow(wctx, fn)
+		return a, err != nil && ctx.Err() == nil && wctx.Err() != nil, err
+	}
+	a, err = af.follow(ctx, fn)
+	return a, false, err
 }
 
 // answerFn is the work of an agent flight. An agent failure is not an error of the

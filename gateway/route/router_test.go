@@ -356,6 +356,17 @@ func TestAQueryBeforeTheFirstGenerationsWaitsForThem(t *testing.T) {
 	if !errors.Is(err, ErrUnavailable) || time.Since(began) < cfg.ResolveTimeout {
 		t.Fatalf("Query with generations never ready: %v after %v, want ErrUnavailable after -resolve-timeout (%v)", err, time.Since(began), cfg.ResolveTimeout)
 	}
+
+	// A caller whose deadline is nearer than -resolve-timeout ends with its deadline, not
+	// with an outage (logged as one, and UNAVAILABLE where DEADLINE_EXCEEDED is due).
+	cfg.ResolveTimeout = time.Minute
+	h = newHarnessWith(t, nil, cfg)
+	h.gens.err, h.gens.ready = generations.ErrNotReady, make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := h.router.Query(ctx, &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "rotate keys"}, nil); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Query with a deadline nearer than -resolve-timeout before the generations: %v, want context.DeadlineExceeded", err)
+	}
 }
 
 func TestExactCache(t *testing.T) {
@@ -428,6 +439,24 @@ func TestFuzzyCache(t *testing.T) {
 		{"a candidate the question negates with an added word is rejected (with vs without)", "rotate keys with downtime", "rotate keys without downtime",
 			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "negates", rejectNegation},
 		{"the same negation in other words is served at once", "why don't the keys rotate?", "the keys dont rotate, why",
+			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "same stems", ""},
+		// Opposites among stop words ("before" and "after", "up" and "down") leave the
+		// tokens alike, and the search ranks the same document first for both.
+		{"a candidate whose stop word was swapped for its opposite is rejected (before vs after)",
+			"rotate keys before the deploy", "rotate keys after the deploy",
+			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "replaced by", rejectWordReplaced},
+		{"a candidate whose stop word was swapped for its opposite is rejected (up vs down)",
+			"rotate keys when scaling up", "rotate keys when scaling down",
+			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "replaced by", rejectWordReplaced},
+		{"a candidate whose stop word was swapped for its opposite content word is rejected (more vs less)",
+			"rotate keys more often", "rotate keys less often",
+			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "replaced by", rejectWordReplaced},
+		{"a candidate asking another question word is rejected (when vs why)",
+			"when do the keys rotate?", "why do the keys rotate?",
+			quarryv1.Tier_TIER_DIRECT, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "replaced by", rejectWordReplaced},
+		{"the same opposite in other words is served at once", "how do I rotate keys before the deploy?", "before deploy, rotate the keys",
+			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "same stems", ""},
+		{"a question word dropped is served at once", "when do the keys rotate?", "the keys rotate",
 			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "same stems", ""},
 	}
 	for _, c := range cases {
@@ -816,6 +845,64 @@ func TestACallerWithMoreTimeDoesNotTakeAHurriedCallersFallback(t *testing.T) {
 	}
 	if n := asked.Load(); n != 2 {
 		t.Fatalf("agent asked %d times, want 2", n)
+	}
+}
+
+// A caller with a near deadline that joins the agent flight of a caller with more time
+// gets the extractive fallback before its deadline, as it would have from a flight of
+// its own (query.proto), not DEADLINE_EXCEEDED; the text it was streamed comes first.
+func TestAHurriedCallerJoiningALongerFlightGetsTheFallbackInTime(t *testing.T) {
+	for _, streaming := range []bool{false, true} {
+		t.Run(fmt.Sprintf("streaming=%v", streaming), func(t *testing.T) {
+			// The agent answers the patient caller once released.
+			release := make(chan struct{})
+			h := newHarness(t, agentFunc(func(ctx context.Context, _ *quarryv1.AnswerRequest, onDelta func(string)) (*quarryv1.AgentAnswer, error) {
+				onDelta("Design reviews ")
+				select {
+				case <-release:
+					onDelta("happen weekly.")
+					return &quarryv1.AgentAnswer{Answer: "Design reviews happen weekly."}, nil
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}))
+			req := &quarryv1.QueryRequest{KnowledgeBase: "kb", Query: "What is our design review process?"}
+			type result struct {
+				resp *quarryv1.QueryResponse
+				err  error
+			}
+			patient := make(chan result, 1)
+			go func() {
+				resp, err := h.router.Query(context.Background(), req, nil)
+				patient <- result{resp, err}
+			}()
+			key := flightKey("kb", 1, "what is our design review process?", false)
+			waitUntil(t, "the patient caller's agent flight starts", func() bool { return h.router.answers.inFlight(key) == 1 })
+
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			var deltas strings.Builder
+			var onDelta func(string)
+			if streaming {
+				onDelta = func(d string) { deltas.WriteString(d) }
+			}
+			resp, err := h.router.Query(ctx, req, onDelta)
+			if err != nil || ctx.Err() != nil {
+				t.Fatalf("hurried caller: %v (its context: %v); want the fallback before its deadline", err, ctx.Err())
+			}
+			if !resp.GetDegraded() || !strings.Contains(resp.GetDegradedReason(), "did not answer in time") ||
+				!strings.Contains(resp.GetAnswer(), "Extract from arch/design.md.") {
+				t.Fatalf("hurried caller: degraded %v (%q), answer %q; want the extractive fallback", resp.GetDegraded(), resp.GetDegradedReason(), resp.GetAnswer())
+			}
+			if streaming && deltas.String() != resp.GetAnswer() {
+				t.Fatalf("hurried caller streamed %q, final answer %q; want the deltas to make up the answer", deltas.String(), resp.GetAnswer())
+			}
+			close(release)
+			got := <-patient
+			if got.err != nil || got.resp.GetDegraded() || got.resp.GetAnswer() != "Design reviews happen weekly." {
+				t.Fatalf("patient caller: %v, %v; want the agent's answer", got.resp, got.err)
+			}
+		})
 	}
 }
 
