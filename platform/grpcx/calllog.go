@@ -84,11 +84,13 @@ func logCall(ctx context.Context, log *slog.Logger, fullMethod, typ string, star
 
 // callLevel is the level of a call's log line: successful calls at debug (one line per
 // request is only wanted when debugging), caller mistakes and expected refusals at
-// info, server-side failures at warn or error. A Watch stream
-// (Health.Watch, SearchService.WatchGenerations) lives as long as its connection, so it
-// ends with UNAVAILABLE when the server drains and CANCELLED when the client goes: each
-// shutdown or client restart would otherwise log a warning per watcher for the
-// expected end.
+// info (a missing or unknown key too: most often a client not yet configured), a known
+// key used beyond its rights (PERMISSION_DENIED) at warn, since it may be someone
+// probing for knowledge bases, and server-side failures at warn or error. A Watch
+// stream (Health.Watch, SearchService.WatchGenerations) lives as long as its
+// connection, so it ends with UNAVAILABLE when the server drains and CANCELLED when the
+// client goes: each shutdown or client restart would otherwise log a warning per
+// watcher for the expected end.
 func callLevel(method string, c codes.Code) slog.Level {
 	switch c {
 	case codes.OK:

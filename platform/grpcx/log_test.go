@@ -72,6 +72,7 @@ func TestCallLevel(t *testing.T) {
 		{"Query", codes.InvalidArgument, slog.LevelInfo},
 		{"Query", codes.NotFound, slog.LevelInfo},
 		{"Query", codes.PermissionDenied, slog.LevelWarn},
+		{"Query", codes.Unauthenticated, slog.LevelInfo},
 		{"Query", codes.ResourceExhausted, slog.LevelInfo},
 		{"Answer", codes.FailedPrecondition, slog.LevelInfo},
 		{"Query", codes.Canceled, slog.LevelInfo},
