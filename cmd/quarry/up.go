@@ -219,7 +219,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	fmt.Fprintf(stdout, "Quarry is up in %v (embedded defaults: in-process cache, Bleve BM25, %s)\n", time.Since(began).Round(time.Millisecond), llmName(llmCfg))
+	fmt.Fprintf(stdout, "Quarry is up in %v (%s)\n", time.Since(began).Round(time.Millisecond), backends(llmCfg))
 	fmt.Fprintf(stdout, "  gateway (QueryService)  %s\n  search  (SearchService) %s\n  agent   (AgentService)  %s\n", sys.Gateway, sys.Search, sys.Agent)
 	if *metricsAddr != "" {
 		fmt.Fprintf(stdout, "  metrics (Prometheus)    http://%s/metrics\n", *metricsAddr)
@@ -355,6 +355,33 @@ func llmName(c llm.Config) string {
 		model = os.Getenv(config.EnvName("agent", "llm-model"))
 	}
 	return llm.Config{BaseURL: base, Model: model}.Describe()
+}
+
+// backends says what the system runs on: the embedded defaults, or the Redis cache and
+// the Meilisearch engine the services' environment (QUARRY_GATEWAY_CACHE_BACKEND,
+// QUARRY_SEARCH_ENGINE), which "up" passes on, chose instead; the banner claimed the
+// defaults whatever they were.
+func backends(llmCfg llm.Config) string {
+	env := func(service, flag string) string { return strings.TrimSpace(os.Getenv(config.EnvName(service, flag))) }
+	cache, engine := "in-process cache", "Bleve BM25"
+	defaults := true
+	if env("gateway", "cache-backend") == "redis" {
+		cache, defaults = "Redis cache", false
+		if addr := env("gateway", "redis-addr"); addr != "" {
+			cache += " at " + addr
+		}
+	}
+	if env("search", "engine") == "meilisearch" {
+		engine, defaults = "Meilisearch", false
+		if u := env("search", "meili-url"); u != "" {
+			engine += " at " + u
+		}
+	}
+	s := cache + ", " + engine + ", " + llmName(llmCfg)
+	if defaults {
+		s = "embedded defaults: " + s
+	}
+	return s
 }
 
 // demoKB is the knowledge base the demo asks: examples/kb/platform.

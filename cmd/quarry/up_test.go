@@ -20,6 +20,7 @@ import (
 	"github.com/quarry-router/quarry/platform/auth"
 	"github.com/quarry-router/quarry/platform/grpcx"
 	"github.com/quarry-router/quarry/platform/telemetry/telemetrytest"
+	"github.com/quarry-router/quarry/services/agent/llm"
 	"google.golang.org/grpc"
 )
 
@@ -175,5 +176,33 @@ func TestUpOnAPortInUseSaysWhy(t *testing.T) {
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "another quarry up still running?") {
 		t.Fatalf("quarry up on a port in use: %v\n%s\nwant exit 1 naming the likely cause", err, out)
+	}
+}
+
+// TestBackendsNameWhatRuns: "up" passes the services' environment on, so
+// QUARRY_GATEWAY_CACHE_BACKEND=redis or QUARRY_SEARCH_ENGINE=meilisearch change what
+// runs; the banner said "embedded defaults: in-process cache, Bleve BM25" whatever ran.
+func TestBackendsNameWhatRuns(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"the defaults", nil, "embedded defaults: in-process cache, Bleve BM25, no LLM"},
+		{"a Redis cache", map[string]string{"QUARRY_GATEWAY_CACHE_BACKEND": "redis", "QUARRY_GATEWAY_REDIS_ADDR": "127.0.0.1:18379"},
+			"Redis cache at 127.0.0.1:18379, Bleve BM25, no LLM"},
+		{"Meilisearch", map[string]string{"QUARRY_SEARCH_ENGINE": "meilisearch", "QUARRY_SEARCH_MEILI_URL": "http://meili:7700"},
+			"in-process cache, Meilisearch at http://meili:7700, no LLM"},
+		{"the memory backend named", map[string]string{"QUARRY_GATEWAY_CACHE_BACKEND": "memory"}, "embedded defaults: in-process cache, Bleve BM25, no LLM"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, k := range []string{"QUARRY_GATEWAY_CACHE_BACKEND", "QUARRY_GATEWAY_REDIS_ADDR", "QUARRY_SEARCH_ENGINE",
+				"QUARRY_SEARCH_MEILI_URL", "QUARRY_AGENT_LLM_BASE_URL", "QUARRY_AGENT_LLM_MODEL"} {
+				t.Setenv(k, tc.env[k])
+			}
+			if got := backends(llm.Config{}); got != tc.want {
+				t.Errorf("backends() = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
