@@ -22,7 +22,7 @@ func query(ctx context.Context, args []string, stdout io.Writer) error {
 	if v := os.Getenv("QUARRY_ADDR"); v != "" {
 		addr = v
 	}
-	srv.register(fs, addr, "gateway address (default $QUARRY_ADDR, else 127.0.0.1:7700)")
+	srv.register(fs, addr, "gateway address (the default is $QUARRY_ADDR when set)")
 	kbID := fs.String("kb", "platform", "knowledge base to ask")
 	explain := fs.Bool("explain", false, "print the routing trace")
 	stream := fs.Bool("stream", false, "use QueryStream and print LLM text as it arrives")
