@@ -100,6 +100,32 @@ func TestOverlaysRenderToValidObjects(t *testing.T) {
 	}
 }
 
+// TestEveryOverlayIsRendered: overlays is a list kept by hand, and an overlay added
+// under k8s/overlays without it would be applied without ever being rendered, decoded
+// or run by these tests.
+func TestEveryOverlayIsRendered(t *testing.T) {
+	entries, err := os.ReadDir("k8s/overlays")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, dir := range overlays {
+		listed[filepath.Clean(dir)] = true
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join("k8s/overlays", e.Name())
+		if _, err := os.Stat(filepath.Join(dir, "kustomization.yaml")); err != nil {
+			continue // not an overlay kustomize can build
+		}
+		if !listed[dir] {
+			t.Errorf("overlay %s is not in overlays: the render and run tests skip it", dir)
+		}
+	}
+}
+
 // checkConfigRolls: the services read quarry-config as their environment, at start only.
 // Rendered under a name that carries a hash of its contents (a configMapGenerator) and
 // named so by every Quarry Deployment, a changed setting changes the pod template and the
