@@ -22,13 +22,14 @@ type stamp struct {
 // rescan; a file whose bytes did not change changes nothing). It is for the edits
 // WatchFolders cannot see: a folder on a network volume (NFS, a ReadOnlyMany volume
 // written by another machine) raises no inotify events here, and an overflowing event
-// queue drops some. The first rescan of a folder only records it: the folders present
-// are recorded when PollFolders returns. A rescan reads directory entries and their
-// metadata, never a file's content. wait returns once the poller has stopped after ctx
-// is done.
+// queue drops some. The first rescan only records the folders present when PollFolders
+// returns (the watcher reads each whole once as its watch begins); a knowledge base
+// loaded later (-kb-root's rescan) is read whole by the first rescan that sees it. A
+// rescan reads directory entries and their metadata, never a file's content. wait
+// returns once the poller has stopped after ctx is done.
 func (r *Registry) PollFolders(ctx context.Context, interval time.Duration) (wait func()) {
 	seen := map[string]folderStamps{} // knowledge base and folder → its stamps
-	r.rescan(ctx, seen)
+	r.rescan(ctx, seen, true)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -40,7 +41,7 @@ func (r *Registry) PollFolders(ctx context.Context, interval time.Duration) (wai
 				return
 			case <-t.C:
 			}
-			r.rescan(ctx, seen)
+			r.rescan(ctx, seen, false)
 		}
 	}()
 	return func() { <-done }
@@ -55,11 +56,16 @@ type folderStamps struct {
 }
 
 // rescan walks every knowledge base's folder once and applies what changed since seen.
-func (r *Registry) rescan(ctx context.Context, seen map[string]folderStamps) {
+// A knowledge base seen for the first time is only recorded by the initial rescan;
+// later, it is one loaded since (or from another folder), and what changed between its
+// load and now made no event on a network volume: it is read whole once.
+func (r *Registry) rescan(ctx context.Context, seen map[string]folderStamps, initial bool) {
 	r.mu.RLock()
 	roots := make(map[string]string, len(r.kbs))
+	kbs := make(map[string]*KB, len(r.kbs))
 	for id, k := range r.kbs {
 		roots[id] = k.Tree.Root
+		kbs[id] = k
 	}
 	r.mu.RUnlock()
 	// A knowledge base is followed in its folder: unloaded, or loaded from another
@@ -89,20 +95,28 @@ func (r *Registry) rescan(ctx context.Context, seen map[string]folderStamps) {
 		}
 		now := folderStamps{target: target, files: files}
 		before, known := seen[key(id, root)]
-		if !known {
+		if !known && initial {
 			seen[key(id, root)] = now
 			continue
 		}
 		var changed []string
-		if before.target != now.target {
+		switch {
+		case !known:
+			// Loaded since the last rescan, whose stamps it lacks: every file may differ
+			// from what the load read (a sync job still copying the folder then), and
+			// applyEdits of the top-level names reads the folder whole and drops what
+			// is gone. Those with the same bytes change nothing.
+			changed = topLevel(kbs[id], target)
+		case before.target != now.target:
 			// The link now names another folder: every file may differ, whatever its
 			// stamp (a copy keeps modification times). Those with the same bytes
 			// change nothing.
 			changed = allFiles(before.files, now.files)
-		} else {
+		default:
 			changed = changedFiles(before.files, now.files)
 		}
 		if len(changed) == 0 {
+			seen[key(id, root)] = now // a new empty folder: recorded, not read again
 			continue
 		}
 		if _, err := r.applyEdits(ctx, id, changed); err != nil {

@@ -1,9 +1,11 @@
 package kb
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,4 +85,44 @@ func BenchmarkRescan(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/rescan")
+}
+
+// A knowledge base loaded while the rescans run (-kb-root's rescan loads the folders a
+// sync job adds, LoadNew) was only recorded by the first rescan that saw it: on a network
+// volume, which raises no events, what changed between its load and that rescan (up to
+// -watch-poll later; the rest of a folder the sync job was still copying) was never
+// applied, until the same files changed again.
+func TestARescanAppliesWhatChangedSinceALaterLoad(t *testing.T) {
+	root, _, reg := oneFileKB(t, "# A\n\nThe old text.\n")
+	ctx := context.Background()
+	seen := map[string]folderStamps{}
+	reg.rescan(ctx, seen, true) // PollFolders' first rescan: nothing loaded yet
+	if _, loaded, err := reg.LoadNew(ctx, "docs", root); err != nil || !loaded {
+		t.Fatalf("LoadNew: loaded %v, %v", loaded, err)
+	}
+	// Changed on the volume before the next rescan; no watcher sees it.
+	if err := os.WriteFile(filepath.Join(root, "a.md"), []byte("# A\n\nThe new text, longer.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "b.md"), []byte("# B\n\nCopied last.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reg.rescan(ctx, seen, false)
+	reg.rescan(ctx, seen, false)
+	k, err := reg.Get("docs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := k.Tree.ByPath["a.md"]; d == nil || !strings.Contains(d.Content, "new text") {
+		t.Error("the edit made after the load was never applied")
+	}
+	if k.Tree.ByPath["b.md"] == nil {
+		t.Error("the file added after the load was never indexed")
+	}
+	// Read whole once: the next rescans of the unchanged folder change nothing.
+	gen := k.Generation
+	reg.rescan(ctx, seen, false)
+	if k, _ := reg.Get("docs"); k.Generation != gen {
+		t.Errorf("generation %d after a rescan of an unchanged folder, want %d", k.Generation, gen)
+	}
 }

@@ -3,6 +3,7 @@ package kb
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"maps"
 	"os"
@@ -37,6 +38,10 @@ type folderWatcher struct {
 	// parents holds the folders that hold a root, watched to see a root swapped: the
 	// watches below a root stay on the folder it named before.
 	parents map[string]bool
+	// gone holds the roots their parent reported removed or renamed away: a folder put
+	// back there is another one, though the file system may give it the same inode
+	// (ext4 reuses a freed one at once), which os.SameFile takes for the same folder.
+	gone map[string]bool
 	// watched holds the folders walk watches (by the paths events come under): a path
 	// it does not hold (a file, most removals) has no watch below it to drop, and
 	// unwatch need not scan every watch for one. Scanned for each removed file, 10,000
@@ -48,6 +53,8 @@ type folderWatcher struct {
 	// once, as after a swap; unchanged files change nothing. caught signals it.
 	catchUp map[string]bool
 	caught  chan struct{}
+	// addWatch watches one folder: w.Add, but for tests of a full watch table.
+	addWatch func(name string) error
 }
 
 // WatchFolders watches the folder of every knowledge base, present and future, until ctx
@@ -87,8 +94,8 @@ func (r *Registry) WatchFolders(ctx context.Context) (wait func(), err error) {
 }
 
 func newFolderWatcher(w *fsnotify.Watcher) *folderWatcher {
-	return &folderWatcher{w: w, roots: map[string]string{}, folders: map[string]os.FileInfo{}, parents: map[string]bool{},
-		watched: map[string]bool{}, catchUp: map[string]bool{}, caught: make(chan struct{}, 1)}
+	return &folderWatcher{w: w, roots: map[string]string{}, folders: map[string]os.FileInfo{}, parents: map[string]bool{}, gone: map[string]bool{},
+		watched: map[string]bool{}, catchUp: map[string]bool{}, caught: make(chan struct{}, 1), addWatch: w.Add}
 }
 
 func (r *Registry) watchLoop(ctx context.Context, fw *folderWatcher) {
@@ -140,8 +147,11 @@ func (r *Registry) watchLoop(ctx context.Context, fw *folderWatcher) {
 				continue
 			}
 			r.log.Warn("apply folder edits", "kb", id, "err", err)
-			if errors.Is(err, ErrUnknownKB) || errors.Is(err, tree.ErrTooManyFiles) {
-				// Unloaded, or more files than it may hold: trying again cannot help.
+			if errors.Is(err, ErrUnknownKB) || errors.Is(err, tree.ErrTooManyFiles) || errors.Is(err, errFolderGone) {
+				// Unloaded, or more files than it may hold: trying again cannot help. A
+				// folder gone is read whole when it is back (a swap, a rescan): retried
+				// each second meanwhile, it was a warning a second for as long as it was
+				// gone.
 				delete(pending, id)
 				continue
 			}
@@ -172,6 +182,9 @@ func (r *Registry) watchLoop(ctx context.Context, fw *folderWatcher) {
 				return
 			}
 			if fw.isParent(filepath.Dir(ev.Name)) {
+				if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+					fw.rootGone(ev.Name)
+				}
 				swapCheck = true
 				arm()
 			}
@@ -246,7 +259,7 @@ func (fw *folderWatcher) add(id, root string, r *Registry) {
 	fw.parents[parent] = true
 	fw.mu.Unlock()
 	if watchParent {
-		if err := fw.w.Add(parent); err != nil {
+		if err := fw.addWatch(parent); err != nil {
 			r.log.Warn("watch the folder holding a knowledge base (a swap of its folder is found by rescans only)", "kb", id, "dir", parent, "err", err)
 		}
 	}
@@ -257,7 +270,21 @@ func (fw *folderWatcher) add(id, root string, r *Registry) {
 // walk watches dir and the folders below it, links and hidden folders excluded, as the
 // loader skips them. dir itself may be a link (a knowledge base's root, which the loader
 // follows): the folders are watched by their paths through it, under which events come.
+// Past the kernel's limit on watches, the folders left are counted, not tried, and one
+// warning says so: each folder's own warning was thousands of lines for a large tree.
 func (fw *folderWatcher) walk(dir, id string, r *Registry) {
+	unwatched := 0
+	defer func() {
+		if unwatched == 0 {
+			return
+		}
+		then := "applied by the -watch-poll rescans only"
+		if r.cfg.Write.WatchPoll <= 0 {
+			then = "not applied at all (-watch-poll is 0)"
+		}
+		r.log.Warn("inotify watch limit reached (raise the fs.inotify.max_user_watches sysctl, which every process of this user on the node shares): edits in the folders left unwatched are "+then,
+			"kb", id, "dir", dir, "unwatched", unwatched)
+	}()
 	src := dir
 	if fi, err := os.Lstat(dir); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 		target, err := filepath.EvalSymlinks(dir)
@@ -282,7 +309,15 @@ func (fw *folderWatcher) walk(dir, id string, r *Registry) {
 			}
 			name = filepath.Join(dir, rel)
 		}
-		if err := fw.w.Add(name); err != nil {
+		if unwatched > 0 {
+			unwatched++
+			return nil
+		}
+		if err := fw.addWatch(name); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				unwatched++
+				return nil
+			}
 			r.log.Warn("watch folder", "kb", id, "dir", name, "err", err)
 			return nil
 		}
@@ -291,6 +326,15 @@ func (fw *folderWatcher) walk(dir, id string, r *Registry) {
 		fw.mu.Unlock()
 		return nil
 	})
+}
+
+// rootGone records that name, if it is a knowledge base's root, was removed or renamed.
+func (fw *folderWatcher) rootGone(name string) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	if _, ok := fw.roots[name]; ok {
+		fw.gone[name] = true
+	}
 }
 
 // isParent reports whether dir holds a knowledge base's root.
@@ -308,21 +352,23 @@ func (fw *folderWatcher) swapped(r *Registry) map[string][]string {
 	type root struct {
 		abs, id string
 		was     os.FileInfo
+		gone    bool
 	}
 	fw.mu.Lock()
 	roots := make([]root, 0, len(fw.roots))
 	for abs, id := range fw.roots {
-		roots = append(roots, root{abs, id, fw.folders[abs]})
+		roots = append(roots, root{abs, id, fw.folders[abs], fw.gone[abs]})
 	}
 	fw.mu.Unlock()
 	out := map[string][]string{}
 	for _, rt := range roots {
 		now, err := os.Stat(rt.abs)
-		if err != nil || !now.IsDir() || (rt.was != nil && os.SameFile(rt.was, now)) {
+		if err != nil || !now.IsDir() || (!rt.gone && rt.was != nil && os.SameFile(rt.was, now)) {
 			continue // gone for now (a link being replaced), or the same folder
 		}
 		fw.mu.Lock()
 		fw.folders[rt.abs] = now
+		delete(fw.gone, rt.abs)
 		fw.mu.Unlock()
 		fw.unwatch(rt.abs)
 		fw.walk(rt.abs, rt.id, r)
@@ -404,10 +450,26 @@ func hidden(rel string) bool {
 	return false
 }
 
+// errFolderGone marks edits of a knowledge base whose folder is gone: there is nothing
+// to read them from until the folder is back, and then it is read whole (a swap, or the
+// next rescan).
+var errFolderGone = errors.New("the knowledge base's folder is gone; the indexed version stays until it is back")
+
+// openEdited opens the folder of a knowledge base to read its edits. Not tree.OpenDir,
+// which creates the folder for a write: the removals of a folder's files reported as
+// it was removed (rm -r, a team's folder taken out of -kb-root) made it again, empty.
+func openEdited(root string) (*tree.Dir, error) {
+	dir, err := tree.OpenExisting(root)
+	if errors.Is(err, tree.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %w", errFolderGone, err)
+	}
+	return dir, err
+}
+
 // applyEdits brings the index in line with what the folder now holds at paths (files or
 // folders, relative to the knowledge base root).
 func (r *Registry) applyEdits(ctx context.Context, id string, paths []string) (*WriteResult, error) {
-	return r.write(ctx, id, false, func(cur *KB, dir *tree.Dir) (*plan, error) {
+	return r.writeIn(ctx, id, false, openEdited, func(cur *KB, dir *tree.Dir) (*plan, error) {
 		p := &plan{}
 		seen := map[string]bool{}
 		seenRefused := map[string]bool{}

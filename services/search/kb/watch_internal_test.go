@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -216,4 +219,136 @@ func TestLoadNewLeavesAKnowledgeBaseCreatedMeanwhile(t *testing.T) {
 	if k, _ := reg.Get("team"); k != made {
 		t.Errorf("generation %d, want %d: loaded twice", k.Generation, made.Generation)
 	}
+}
+
+// Past the kernel's limit on inotify watches (fs.inotify.max_user_watches, shared by
+// every process of the user on the node), each folder left unwatched logged a warning of
+// its own ("no space left on device"): thousands of lines for a large tree, at each start
+// and overflow, none saying which limit or what still applies its edits. One warning
+// says so per walk, and the rest of the walk does not knock at the full table.
+func TestAWalkPastTheWatchLimitWarnsOnce(t *testing.T) {
+	root := t.TempDir()
+	for i := range 20 {
+		if err := os.MkdirAll(filepath.Join(root, "team", string(rune('a'+i))), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	fw := newFolderWatcher(w)
+	tries := 0
+	fw.addWatch = func(name string) error {
+		if tries++; tries > 3 {
+			return fmt.Errorf("%s: %w", name, syscall.ENOSPC) // as inotify_add_watch fails then
+		}
+		return w.Add(name)
+	}
+	var logs strings.Builder
+	reg := NewRegistry(Config{}, slog.New(slog.NewTextHandler(&logs, nil)))
+	fw.walk(root, "team", reg)
+	if got := len(w.WatchList()); got != 3 {
+		t.Errorf("%d folders watched, want the 3 the limit left room for", got)
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "max_user_watches") || !strings.Contains(lines[0], "unwatched=19") {
+		t.Errorf("logged %d lines, want one naming the limit and the 19 folders left unwatched:\n%s", len(lines), logs.String())
+	}
+	if tries > 4 {
+		t.Errorf("%d watches tried, want none after the first refused for the limit", tries)
+	}
+}
+
+// A knowledge base's folder removed (a team's folder taken out of -kb-root, rm -r) made
+// the watcher, applying the removals of its files, create the folder again, empty (the
+// write side opens a folder so, to write into it): the removed folder was back, and a
+// restart served it as an empty knowledge base. The edits wait for the folder instead,
+// and are not retried (and logged) every second meanwhile.
+func TestTheWatcherLeavesARemovedFolderRemoved(t *testing.T) {
+	// A long debounce: the folder put back is given the removed one's identity below
+	// before the watcher looks at it.
+	root, _, reg := oneFileKB(t, "# A\n\nThe old text.\n", "-watch-debounce=900ms")
+	if err := os.MkdirAll(filepath.Join(root, "ops"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "ops", "pager.md"), []byte("# Pager\n\nWeekly.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := reg.Load(ctx, "docs", root); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	reg.log = slog.New(slog.NewTextHandler(&logs, nil))
+	wctx, cancel := context.WithCancel(ctx)
+	wait, err := reg.WatchFolders(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); wait() }()
+	time.Sleep(1500 * time.Millisecond) // past the read of the folder a watch begins with
+	was, err := os.Stat(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(root); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if _, err := os.Lstat(root); err == nil {
+		t.Error("the removed folder was created again")
+	}
+	if n := strings.Count(logs.String(), "apply folder edits"); n > 1 {
+		t.Errorf("the edits of the removed folder were tried and logged %d times", n)
+	}
+	// Put back, it is read whole again, though the file system may well give it the
+	// removed folder's inode (ext4 does), which os.SameFile then takes for the same folder.
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	now, err := os.Stat(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(was, now) {
+		// As if it had the removed one's inode: what the watcher recorded is now
+		// indistinguishable from it.
+		reg.loadMu.Lock()
+		fw := reg.watcher
+		reg.loadMu.Unlock()
+		fw.mu.Lock()
+		fw.folders[root] = now
+		fw.mu.Unlock()
+	}
+	if err := os.Mkdir(filepath.Join(root, "ops"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "ops", "pager.md"), []byte("# Pager\n\nThe pager follows the sun.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool {
+		k, _ := reg.Get("docs")
+		d := k.Tree.ByPath["ops/pager.md"]
+		return d != nil && strings.Contains(d.Content, "sun") && k.Tree.ByPath["a.md"] == nil
+	}, "the folder put back")
+}
+
+// syncBuffer is a log destination safe for the goroutines that log.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -705,6 +705,12 @@ func originalOf(stub string) (string, bool) {
 // writes, loads and the watcher never interleave. Anything that fails after the folder
 // was changed puts the folder (and the index) back as they were.
 func (r *Registry) write(ctx context.Context, id string, create bool, plan planner) (*WriteResult, error) {
+	return r.writeIn(ctx, id, create, tree.OpenDir, plan)
+}
+
+// writeIn is write with the knowledge base's folder opened by open: tree.OpenDir, which
+// creates it, for writes of the API; one that does not for edits found in the folder.
+func (r *Registry) writeIn(ctx context.Context, id string, create bool, open func(string) (*tree.Dir, error), plan planner) (*WriteResult, error) {
 	if !ValidID(id) {
 		return nil, fmt.Errorf("%w: %q", ErrInvalidID, id)
 	}
@@ -746,7 +752,7 @@ func (r *Registry) write(ctx context.Context, id string, create bool, plan plann
 			made = true
 		}
 	}
-	dir, err := tree.OpenDir(cur.Tree.Root)
+	dir, err := open(cur.Tree.Root)
 	if err != nil {
 		return nil, err
 	}
