@@ -11,12 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/quarry-router/quarry/platform/syncbuf"
 )
 
 // The service's own writes reach the folder watcher as events; applying them must change
@@ -280,7 +280,7 @@ func TestTheWatcherLeavesARemovedFolderRemoved(t *testing.T) {
 	if _, err := reg.Load(ctx, "docs", root); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	reg.log = slog.New(slog.NewTextHandler(&logs, nil))
 	wctx, cancel := context.WithCancel(ctx)
 	wait, err := reg.WatchFolders(wctx)
@@ -333,22 +333,4 @@ func TestTheWatcherLeavesARemovedFolderRemoved(t *testing.T) {
 		d := k.Tree.ByPath["ops/pager.md"]
 		return d != nil && strings.Contains(d.Content, "sun") && k.Tree.ByPath["a.md"] == nil
 	}, "the folder put back")
-}
-
-// syncBuffer is a log destination safe for the goroutines that log.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
