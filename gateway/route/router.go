@@ -489,17 +489,23 @@ var questionWords = []string{"who", "when", "where", "why", "how"}
 
 // opposite reports whether to swaps a word of from for its opposite (opposites) or for
 // another question word, counting occurrences: a word only added or only dropped is a
-// rewording. It returns the two words.
+// rewording. The word that came must stand where the one that went stood, next to a
+// word (or the start or end of the question) that was next to it: "how do I export
+// metrics from prometheus" and "how to export prometheus metrics" drop a "from" and add
+// the "to" of "how to", which is no swap. It returns the two words.
 func opposite(from, to string) (gone, came string, ok bool) {
-	count := func(q string) map[string]int {
+	count := func(ws []string) map[string]int {
 		m := make(map[string]int)
-		for _, w := range text.Words(q) {
+		for _, w := range ws {
 			m[w]++
 		}
 		return m
 	}
-	f, t := count(from), count(to)
-	swapped := func(a, b string) bool { return f[a] > t[a] && t[b] > f[b] }
+	fw, tw := text.Words(from), text.Words(to)
+	f, t := count(fw), count(tw)
+	swapped := func(a, b string) bool {
+		return f[a] > t[a] && t[b] > f[b] && sharesNeighbour(fw, a, tw, b)
+	}
 	for _, p := range opposites {
 		for _, ab := range [][2]string{p, {p[1], p[0]}} {
 			if swapped(ab[0], ab[1]) {
@@ -515,6 +521,37 @@ func opposite(from, to string) (gone, came string, ok bool) {
 		}
 	}
 	return "", "", false
+}
+
+// sharesNeighbour reports whether a word next to an a of x (or the start, or the end,
+// of x) is next to a b of y.
+func sharesNeighbour(x []string, a string, y []string, b string) bool {
+	next := func(ws []string, w string) map[string]bool {
+		m := make(map[string]bool)
+		for i, v := range ws {
+			if v != w {
+				continue
+			}
+			if i == 0 {
+				m[""] = true
+			} else {
+				m[ws[i-1]] = true
+			}
+			if i == len(ws)-1 {
+				m["\x00"] = true
+			} else {
+				m[ws[i+1]] = true
+			}
+		}
+		return m
+	}
+	nx := next(x, a)
+	for w := range next(y, b) {
+		if nx[w] {
+			return true
+		}
+	}
+	return false
 }
 
 // replaced reports whether to asks about something else than from: a content word of

@@ -458,6 +458,15 @@ func TestFuzzyCache(t *testing.T) {
 			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "same stems", ""},
 		{"a question word dropped is served at once", "when do the keys rotate?", "the keys rotate",
 			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "same stems", ""},
+		// A word of a pair dropped in one place and its opposite added in another is no
+		// swap: "from" gone with its phrase, and the "to" of "how to"; a "when" clause
+		// reworded while "how" asks the question.
+		{"a \"from\" dropped and the \"to\" of \"how to\" added is served at once",
+			"How do I rotate keys from the vault?", "How to rotate vault keys?",
+			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "same stems", ""},
+		{"a \"when\" clause reworded as a \"how\" question is served at once",
+			"rotate keys when deploying", "how do I rotate keys while deploying?",
+			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "same stems", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
