@@ -53,6 +53,11 @@ type folderStamps struct {
 	// where it led when it is a link (git-sync's checkout, a "current" link).
 	target string
 	files  map[string]stamp
+	// whole: the folder is to be read whole at its next change. Its whole read failed
+	// for a lasting reason (lasting: more files than -kb-max-files), which trying again
+	// at every rescan, a whole read each, cannot mend; taking the stamps as read would
+	// lose the edits that read was for.
+	whole bool
 }
 
 // rescan walks every knowledge base's folder once and applies what changed since seen.
@@ -100,12 +105,17 @@ func (r *Registry) rescan(ctx context.Context, seen map[string]folderStamps, ini
 			continue
 		}
 		var changed []string
+		readWhole := !known || before.whole
+		if before.whole && before.target == now.target && len(changedFiles(before.files, now.files)) == 0 {
+			continue // nothing changed since its whole read failed for a lasting reason
+		}
 		switch {
-		case !known:
-			// Loaded since the last rescan, whose stamps it lacks: every file may differ
-			// from what the load read (a sync job still copying the folder then), and
-			// applyEdits of the top-level names reads the folder whole and drops what
-			// is gone. Those with the same bytes change nothing.
+		case readWhole:
+			// Loaded since the last rescan, whose stamps it lacks, or its whole read
+			// failed (whole): every file may differ from what the load read (a sync job
+			// still copying the folder then), and applyEdits of the top-level names
+			// reads the folder whole and drops what is gone. Those with the same bytes
+			// change nothing.
 			changed = topLevel(kbs[id], target)
 		case before.target != now.target:
 			// The link now names another folder: every file may differ, whatever its
@@ -120,11 +130,14 @@ func (r *Registry) rescan(ctx context.Context, seen map[string]folderStamps, ini
 			continue
 		}
 		if _, err := r.applyEdits(ctx, id, changed); err != nil {
-			// The stamps seen before stay, so the next rescan finds these edits again
-			// rather than losing them.
 			if ctx.Err() == nil {
 				r.log.Warn("apply folder edits found by rescan", "kb", id, "err", err)
 			}
+			if readWhole && lasting(err) {
+				seen[key(id, root)] = folderStamps{target: now.target, files: now.files, whole: true}
+			}
+			// Otherwise the stamps seen before stay, so the next rescan finds these
+			// edits again rather than losing them.
 			continue
 		}
 		seen[key(id, root)] = now

@@ -147,11 +147,9 @@ func (r *Registry) watchLoop(ctx context.Context, fw *folderWatcher) {
 				continue
 			}
 			r.log.Warn("apply folder edits", "kb", id, "err", err)
-			if errors.Is(err, ErrUnknownKB) || errors.Is(err, tree.ErrTooManyFiles) || errors.Is(err, errFolderGone) {
-				// Unloaded, or more files than it may hold: trying again cannot help. A
-				// folder gone is read whole when it is back (a swap, a rescan): retried
-				// each second meanwhile, it was a warning a second for as long as it was
-				// gone.
+			if lasting(err) {
+				// Retried each second, it was a warning a second for as long as it
+				// lasted.
 				delete(pending, id)
 				continue
 			}
@@ -448,6 +446,14 @@ func hidden(rel string) bool {
 		}
 	}
 	return false
+}
+
+// lasting reports an error of applyEdits that trying the same edits again cannot mend:
+// the knowledge base was unloaded, its folder holds more files than it may, or the
+// folder is gone (read whole when it is back: a swap, a rescan). Only a change in the
+// folder can.
+func lasting(err error) bool {
+	return errors.Is(err, ErrUnknownKB) || errors.Is(err, tree.ErrTooManyFiles) || errors.Is(err, errFolderGone)
 }
 
 // errFolderGone marks edits of a knowledge base whose folder is gone: there is nothing
