@@ -523,9 +523,12 @@ func opposite(from, to string) (gone, came string, ok bool) {
 	return "", "", false
 }
 
-// sharesNeighbour reports whether a word next to an a of x (or the start, or the end,
-// of x) is next to a b of y.
+// sharesNeighbour reports whether a word before an a of x (or the start of x) is
+// before a b of y, or a word after it (or the end of x) is after one: a word on the
+// other side ("keys when deploying", "deploying how do") does not put b where a stood.
 func sharesNeighbour(x []string, a string, y []string, b string) bool {
+	// next holds the words on either side of each w of ws: "<" and ">" mark the side,
+	// and a side with no word is the start or the end.
 	next := func(ws []string, w string) map[string]bool {
 		m := make(map[string]bool)
 		for i, v := range ws {
@@ -533,14 +536,14 @@ func sharesNeighbour(x []string, a string, y []string, b string) bool {
 				continue
 			}
 			if i == 0 {
-				m[""] = true
+				m["<"] = true
 			} else {
-				m[ws[i-1]] = true
+				m["<"+ws[i-1]] = true
 			}
 			if i == len(ws)-1 {
-				m["\x00"] = true
+				m[">"] = true
 			} else {
-				m[ws[i+1]] = true
+				m[">"+ws[i+1]] = true
 			}
 		}
 		return m

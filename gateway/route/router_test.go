@@ -467,6 +467,11 @@ func TestFuzzyCache(t *testing.T) {
 		{"a \"when\" clause reworded as a \"how\" question is served at once",
 			"rotate keys when deploying", "how do I rotate keys while deploying?",
 			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "same stems", ""},
+		// A neighbour counts on its own side: "deploying" follows the "when" and comes
+		// before the "how", which does not stand where the "when" stood.
+		{"a \"when\" clause moved before a \"how\" question is served at once",
+			"rotate keys when deploying", "while deploying, how do I rotate keys?",
+			quarryv1.Tier_TIER_FUZZY_CACHE, quarryv1.Tier_TIER_DIRECT, "auth/rotate-keys.md", "same stems", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
