@@ -2,11 +2,14 @@ package kb
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/quarry-router/quarry/services/search/tree"
 )
 
 // stamp is what a rescan compares a file by: an edit changes its size or its
@@ -53,10 +56,10 @@ type folderStamps struct {
 	// where it led when it is a link (git-sync's checkout, a "current" link).
 	target string
 	files  map[string]stamp
-	// whole: the folder is to be read whole at its next change. Its whole read failed
-	// for a lasting reason (lasting: more files than -kb-max-files), which trying again
-	// at every rescan, a whole read each, cannot mend; taking the stamps as read would
-	// lose the edits that read was for.
+	// whole: the folder is to be read whole at its next change. Its edits, or its whole
+	// read, failed for a lasting reason (more files than -kb-max-files), which trying
+	// again at every rescan cannot mend; taking the stamps as read would lose the edits
+	// that failed.
 	whole bool
 }
 
@@ -133,7 +136,12 @@ func (r *Registry) rescan(ctx context.Context, seen map[string]folderStamps, ini
 			if ctx.Err() == nil {
 				r.log.Warn("apply folder edits found by rescan", "kb", id, "err", err)
 			}
-			if readWhole && lasting(err) {
+			if errors.Is(err, tree.ErrTooManyFiles) {
+				// Read whole or not, these edits fail until the folder changes: then it
+				// is read whole, and they are applied with the rest. Not the other
+				// lasting errors: a folder gone may come back as it was, these edits
+				// still to apply, which waiting for a change would leave undone; a
+				// knowledge base unloaded is forgotten by the next rescan.
 				seen[key(id, root)] = folderStamps{target: now.target, files: now.files, whole: true}
 			}
 			// Otherwise the stamps seen before stay, so the next rescan finds these

@@ -129,50 +129,68 @@ func TestARescanAppliesWhatChangedSinceALaterLoad(t *testing.T) {
 	}
 }
 
-// TestAWholeReadThatCannotSucceedWaitsForAChange: the first rescan of a knowledge base
-// loaded while running reads it whole. When that fails for a lasting reason (here more
-// files than -kb-max-files), reading it whole again at every rescan cannot help: a
-// 5,000-file knowledge base was read, and a warning logged, every -watch-poll. It is
-// read whole again once the folder changes, and the edits the failed read was for are
-// applied then, not lost.
-func TestAWholeReadThatCannotSucceedWaitsForAChange(t *testing.T) {
-	root, cfg, _ := oneFileKB(t, "# A\n\nThe old text.\n", "-kb-max-files", "2")
-	var logs syncbuf.Buffer
-	reg := NewRegistry(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
-	t.Cleanup(reg.Close)
-	ctx := context.Background()
-	seen := map[string]folderStamps{}
-	reg.rescan(ctx, seen, true)
-	if _, loaded, err := reg.LoadNew(ctx, "docs", root); err != nil || !loaded {
-		t.Fatalf("LoadNew: loaded %v, %v", loaded, err)
-	}
-	write := func(name, text string) {
-		t.Helper()
-		if err := os.WriteFile(filepath.Join(root, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("a.md", "# A\n\nThe new text, longer.\n")
-	write("b.md", "# B\n\nOne more.\n")
-	write("c.md", "# C\n\nOne too many.\n")
-	for range 3 {
-		reg.rescan(ctx, seen, false)
-	}
-	if n := strings.Count(logs.String(), "apply folder edits found by rescan"); n != 1 {
-		t.Errorf("%d warnings over three rescans of an unchanged folder, want 1 (one whole read):\n%s", n, logs.String())
-	}
-	if err := os.Remove(filepath.Join(root, "c.md")); err != nil {
-		t.Fatal(err)
-	}
-	reg.rescan(ctx, seen, false)
-	k, err := reg.Get("docs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := k.Tree.ByPath["a.md"]; d == nil || !strings.Contains(d.Content, "new text") {
-		t.Error("the edit made before the failed read was lost")
-	}
-	if k.Tree.ByPath["b.md"] == nil {
-		t.Error("the file added before the failed read was lost")
+// TestEditsThatCannotSucceedWaitForAChange: edits found by a rescan that fail for a
+// lasting reason (here more files than -kb-max-files) cannot succeed at the next
+// rescan either: they were tried, with a warning, at every rescan, and the first
+// rescan's whole read of a knowledge base loaded while running read a 5,000-file
+// knowledge base every -watch-poll. They wait for the folder to change, and are
+// applied then, with it read whole, not lost.
+func TestEditsThatCannotSucceedWaitForAChange(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// load loads the knowledge base at root and makes the poller's first rescan.
+		load func(ctx context.Context, reg *Registry, root string, seen map[string]folderStamps) error
+	}{
+		{"known to the rescans", func(ctx context.Context, reg *Registry, root string, seen map[string]folderStamps) error {
+			_, err := reg.Load(ctx, "docs", root)
+			reg.rescan(ctx, seen, true)
+			return err
+		}},
+		{"loaded while running, read whole", func(ctx context.Context, reg *Registry, root string, seen map[string]folderStamps) error {
+			reg.rescan(ctx, seen, true)
+			_, _, err := reg.LoadNew(ctx, "docs", root)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, cfg, _ := oneFileKB(t, "# A\n\nThe old text.\n", "-kb-max-files", "2")
+			var logs syncbuf.Buffer
+			reg := NewRegistry(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+			t.Cleanup(reg.Close)
+			ctx := context.Background()
+			seen := map[string]folderStamps{}
+			if err := tc.load(ctx, reg, root, seen); err != nil {
+				t.Fatal(err)
+			}
+			write := func(name, text string) {
+				t.Helper()
+				if err := os.WriteFile(filepath.Join(root, name), []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write("a.md", "# A\n\nThe new text, longer.\n")
+			write("b.md", "# B\n\nOne more.\n")
+			write("c.md", "# C\n\nOne too many.\n")
+			for range 3 {
+				reg.rescan(ctx, seen, false)
+			}
+			if n := strings.Count(logs.String(), "apply folder edits found by rescan"); n != 1 {
+				t.Errorf("%d warnings over three rescans of an unchanged folder, want 1:\n%s", n, logs.String())
+			}
+			if err := os.Remove(filepath.Join(root, "c.md")); err != nil {
+				t.Fatal(err)
+			}
+			reg.rescan(ctx, seen, false)
+			k, err := reg.Get("docs")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := k.Tree.ByPath["a.md"]; d == nil || !strings.Contains(d.Content, "new text") {
+				t.Error("the edit made before the failed rescan was lost")
+			}
+			if k.Tree.ByPath["b.md"] == nil {
+				t.Error("the file added before the failed rescan was lost")
+			}
+		})
 	}
 }
