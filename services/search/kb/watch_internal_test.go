@@ -181,18 +181,7 @@ func waitUntil(t *testing.T, cond func() bool, what string) {
 // (it holds loadMu meanwhile) was followed by a second load of it: a new generation,
 // and with no -data-dir a whole re-index, for nothing.
 func TestLoadNewLeavesAKnowledgeBaseCreatedMeanwhile(t *testing.T) {
-	root := t.TempDir()
-	if err := os.WriteFile(filepath.Join(root, "pager.md"), []byte("# Pager\n\nThe pager rotates weekly.\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var cfg Config
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	if err := fs.Parse(nil); err != nil {
-		t.Fatal(err)
-	}
-	reg := NewRegistry(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	defer reg.Close()
+	root, _, reg := oneFileKB(t, "# Pager\n\nThe pager rotates weekly.\n")
 	ctx := context.Background()
 	if _, err := reg.Get("team"); err == nil {
 		t.Fatal("served before any load")
