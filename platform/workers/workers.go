@@ -8,6 +8,7 @@
 package workers
 
 import (
+	"context"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -67,4 +68,28 @@ func (p *Pool) keep(f func()) {
 			return
 		}
 	}
+}
+
+// Every runs f every interval on a goroutine of its own until ctx is done; the first
+// run is an interval after the call. wait returns once that goroutine has stopped,
+// after any run of f under way: what f uses may be closed then.
+func Every(ctx context.Context, interval time.Duration, f func()) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if ctx.Err() != nil {
+				return // a tick and the end both ready: select picks either
+			}
+			f()
+		}
+	}()
+	return func() { <-done }
 }

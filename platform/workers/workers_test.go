@@ -1,7 +1,9 @@
 package workers
 
 import (
+	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,4 +136,27 @@ func BenchmarkStack(b *testing.B) {
 		})
 	}
 	_ = sink
+}
+
+// Every runs its function on each tick until its context ends, and wait returns only
+// once a run under way has finished.
+func TestEvery(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var runs atomic.Int32
+	var running atomic.Bool
+	wait := Every(ctx, time.Millisecond, func() {
+		running.Store(true)
+		if runs.Add(1) == 3 {
+			cancel()
+			time.Sleep(20 * time.Millisecond) // a run still under way as ctx ends
+		}
+		running.Store(false)
+	})
+	wait()
+	if running.Load() {
+		t.Error("wait returned during a run")
+	}
+	if n := runs.Load(); n != 3 {
+		t.Errorf("%d runs, want 3 (none after ctx ended)", n)
+	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/quarry-router/quarry/platform/limit"
 	"github.com/quarry-router/quarry/platform/redisx"
 	"github.com/quarry-router/quarry/platform/telemetry"
+	"github.com/quarry-router/quarry/platform/workers"
 	"github.com/quarry-router/quarry/services/search/kb"
 	"github.com/quarry-router/quarry/services/search/lexicon"
 	"github.com/quarry-router/quarry/services/search/resolve"
@@ -406,21 +407,7 @@ func loadError(err error) error {
 // folder goes away is not unloaded (the registry cannot unload one). wait returns once
 // it has stopped after ctx is done.
 func (c *Config) followKBRoot(ctx context.Context, reg *kb.Registry, interval time.Duration, failed map[string]string, log *slog.Logger) (wait func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			c.loadNewKBs(ctx, reg, failed, log)
-		}
-	}()
-	return func() { <-done }
+	return workers.Every(ctx, interval, func() { c.loadNewKBs(ctx, reg, failed, log) })
 }
 
 // loadNewKBs loads the knowledge bases under -kb-root that the registry does not serve.

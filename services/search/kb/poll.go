@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quarry-router/quarry/platform/workers"
 	"github.com/quarry-router/quarry/services/search/tree"
 )
 
@@ -33,21 +34,7 @@ type stamp struct {
 func (r *Registry) PollFolders(ctx context.Context, interval time.Duration) (wait func()) {
 	seen := map[string]folderStamps{} // knowledge base and folder → its stamps
 	r.rescan(ctx, seen, true)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			r.rescan(ctx, seen, false)
-		}
-	}()
-	return func() { <-done }
+	return workers.Every(ctx, interval, func() { r.rescan(ctx, seen, false) })
 }
 
 // folderStamps is what a rescan found in a knowledge base's folder.
