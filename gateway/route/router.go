@@ -347,24 +347,26 @@ func (c *call) fuzzy(ctx context.Context, spec *speculation) *quarryv1.QueryResp
 		return nil
 	}
 
+	// The checks below read the words themselves, which tokens leave out or stem.
+	qw, cw := text.Words(c.norm), text.Words(cand.Query)
 	// A negation is a stop word or a qualifier ("not", "without"), so a question and its
 	// negation have the same tokens, or differ by an added word, and the search ranks
 	// the same document first for both: only the words themselves tell them apart.
-	if negations(cand.Query) != negations(c.norm) {
+	if negations(cw) != negations(qw) {
 		c.reject(ctx, rejectNegation, "one question negates what the other asks")
 		return nil
 	}
 	// So is a stop word swapped for its opposite ("before" → "after", "up" → "down",
 	// "more" → "less") or another question word ("when" → "why"): the tokens, and the
 	// search's top document, stay the same.
-	if gone, came, ok := opposite(cand.Query, c.norm); ok {
+	if gone, came, ok := opposite(cw, qw); ok {
 		c.reject(ctx, rejectWordReplaced, fmt.Sprintf("%s replaced by %s asks another question", gone, came))
 		return nil
 	}
 	// (a) The same stems ask the same thing in other words: serve at once, unless a
 	// one-digit number was replaced (tokens leave those out, see contentWord), which the
 	// search must judge like any other replaced word.
-	if sameSet(text.Stems(c.tokens), text.Stems(cand.Tokens)) && !replaced(cand.Query, c.norm) {
+	if sameSet(text.Stems(c.tokens), text.Stems(cand.Tokens)) && !replaced(cw, qw) {
 		return c.serveFuzzy(cached, "same stems")
 	}
 	// (b) Otherwise the fresh search must route the question the same way.
@@ -380,7 +382,7 @@ func (c *call) fuzzy(ctx context.Context, spec *speculation) *quarryv1.QueryResp
 		c.reject(ctx, rejectSearchFailed, "search failed, cannot verify")
 		return nil
 	}
-	ok, reason, why := agrees(c.norm, cand.Query, cand.Generation, cached, out.res)
+	ok, reason, why := agrees(qw, cw, cand.Generation, cached, out.res)
 	if !ok {
 		c.reject(ctx, reason, why)
 		return nil
@@ -416,8 +418,8 @@ func (c *call) reject(ctx context.Context, reason, why string) {
 }
 
 // agrees decides whether a fresh search confirms that the cached answer to candidate, a
-// similar question, answers query (both normalised): both out of domain, or the same
-// route and top source with no word of the candidate replaced by another.
+// similar question, answers query (the words of both, normalised): both out of domain,
+// or the same route and top source with no word of the candidate replaced by another.
 //
 // The search alone is not enough: a question that copies most of a document's wording
 // but swaps its subject ("gzip NewReader creates a new Reader..." asked of zlib) still
@@ -429,7 +431,7 @@ func (c *call) reject(ctx context.Context, reason, why string) {
 //
 // candidateKey is what the candidate was cached under (answerKey): the fresh search
 // must have decided on the same content.
-func agrees(query, candidate string, candidateKey uint64, cached *quarryv1.QueryResponse, res *quarryv1.ResolveResponse) (ok bool, reason, why string) {
+func agrees(query, candidate []string, candidateKey uint64, cached *quarryv1.QueryResponse, res *quarryv1.ResolveResponse) (ok bool, reason, why string) {
 	if k := answerKey(res, 0); k != 0 && k != candidateKey {
 		return false, rejectGeneration, fmt.Sprintf("knowledge base changed (generation %d searched, cached under %d)", res.GetGeneration(), cached.GetGeneration())
 	}
@@ -462,10 +464,10 @@ var negationWords = map[string]bool{
 	"hadnt": true, "mustnt": true, "neednt": true,
 }
 
-// negations counts the negating words of a question.
-func negations(q string) int {
+// negations counts the negating words of a question's words (text.Words).
+func negations(words []string) int {
 	n := 0
-	for _, w := range text.Words(q) {
+	for _, w := range words {
 		if negationWords[w] {
 			n++
 		}
@@ -487,13 +489,13 @@ var opposites = [][2]string{
 // not "why"). "what" and "which" are left out: they are often one another's rewording.
 var questionWords = []string{"who", "when", "where", "why", "how"}
 
-// opposite reports whether to swaps a word of from for its opposite (opposites) or for
-// another question word, counting occurrences: a word only added or only dropped is a
+// opposite reports whether the words tw (text.Words) swap a word of fw for its opposite
+// (opposites) or for another question word, counting occurrences: a word only added or only dropped is a
 // rewording. The word that came must stand where the one that went stood, next to a
 // word (or the start or end of the question) that was next to it: "how do I export
 // metrics from prometheus" and "how to export prometheus metrics" drop a "from" and add
 // the "to" of "how to", which is no swap. It returns the two words.
-func opposite(from, to string) (gone, came string, ok bool) {
+func opposite(fw, tw []string) (gone, came string, ok bool) {
 	count := func(ws []string) map[string]int {
 		m := make(map[string]int)
 		for _, w := range ws {
@@ -501,7 +503,6 @@ func opposite(from, to string) (gone, came string, ok bool) {
 		}
 		return m
 	}
-	fw, tw := text.Words(from), text.Words(to)
 	f, t := count(fw), count(tw)
 	swapped := func(a, b string) bool {
 		return f[a] > t[a] && t[b] > f[b] && sharesNeighbour(fw, a, tw, b)
@@ -557,9 +558,9 @@ func sharesNeighbour(x []string, a string, y []string, b string) bool {
 	return false
 }
 
-// replaced reports whether to asks about something else than from: a content word of
-// from gave way to another (wordChanges).
-func replaced(from, to string) bool { return replacedIn(wordChanges(from, to)) }
+// replaced reports whether the words to ask about something else than the words from:
+// a content word of from gave way to another (wordChanges).
+func replaced(from, to []string) bool { return replacedIn(wordChanges(from, to)) }
 
 // replacedIn reports whether wordChanges' result replaced a word: some went and some
 // came. Only added or only dropped words are a rewording (see agrees).
@@ -578,15 +579,15 @@ func contentWord(w string) bool {
 	return !text.IsStopWord(w)
 }
 
-// wordChanges compares the content words (contentWord) of two questions as stems,
-// counting each occurrence: a word asked twice and then once lost an occurrence
-// ("http Serve ... HTTP connections" to "cgi Serve ... HTTP connections" replaced one
-// http by cgi). It returns the stems from has more of than to, and those to has more
-// of, sorted.
-func wordChanges(from, to string) (gone, came []string) {
-	count := func(q string) map[string]int {
+// wordChanges compares the content words (contentWord) of two questions' words
+// (text.Words) as stems, counting each occurrence: a word asked twice and then once
+// lost an occurrence ("http Serve ... HTTP connections" to "cgi Serve ... HTTP
+// connections" replaced one http by cgi). It returns the stems from has more of than
+// to, and those to has more of, sorted.
+func wordChanges(from, to []string) (gone, came []string) {
+	count := func(words []string) map[string]int {
 		m := make(map[string]int)
-		for _, w := range text.Words(q) {
+		for _, w := range words {
 			if contentWord(w) {
 				m[text.Stem(w)]++
 			}

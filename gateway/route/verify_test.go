@@ -40,7 +40,7 @@ func TestWordChanges(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			gone, came := wordChanges(c.from, c.to)
+			gone, came := wordChanges(text.Words(c.from), text.Words(c.to))
 			if !slices.Equal(gone, stems(c.gone...)) || !slices.Equal(came, stems(c.came...)) {
 				t.Fatalf("wordChanges(%q, %q) = gone %v, came %v; want gone %v, came %v",
 					c.from, c.to, gone, came, stems(c.gone...), stems(c.came...))
@@ -114,7 +114,7 @@ func TestFuzzyVerificationByTheFreshSearch(t *testing.T) {
 			if c.fresh.GetContentVersion() != 0 {
 				key = 1<<63 | 7
 			}
-			ok, reason, why := agrees(c.query, c.candidate, key, c.cached, c.fresh)
+			ok, reason, why := agrees(text.Words(c.query), text.Words(c.candidate), key, c.cached, c.fresh)
 			if ok != c.ok || reason != c.reason || !strings.Contains(why, c.why) {
 				t.Fatalf("agrees = %v, %q, %q; want %v, %q with %q", ok, reason, why, c.ok, c.reason, c.why)
 			}
