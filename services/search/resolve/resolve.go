@@ -172,12 +172,11 @@ func (r *Resolver) parse(k *kb.KB, q, scope string, selfScope bool) (query, erro
 			return query{}, fmt.Errorf("scope %q: %w", scope, err)
 		}
 		scope = clean
-	}
-	// The engine's scope filter is exact, and ParseScope matched only the domain in any
-	// case: "Auth/JWT" would find nothing under "auth/jwt", and the question would be
-	// called out of domain.
-	if f, ok := k.Tree.Folder(scope); ok {
-		scope = f
+		// The engine's scope filter is exact: "Auth/JWT" would find nothing under
+		// "auth/jwt", and the question would be called out of domain.
+		if f, ok := k.Tree.Folder(clean); ok {
+			scope = f
+		}
 	}
 	// A closer before and after the courtesy words go: "... pls help" and "... in
 	// detail please" both end in one.
@@ -232,7 +231,8 @@ func (r *Resolver) parse(k *kb.KB, q, scope string, selfScope bool) (query, erro
 
 // scopeFolder returns the folder a question's first word scopes it to (ParseScope): the
 // deepest of the path and the folders above it that exists, matched as Tree.Folder
-// matches (as written, else ignoring case). A question may start with a document's
+// matches (as written, else ignoring case: ParseScope matched only the domain in any
+// case, and the engine's scope filter is exact). A question may start with a document's
 // path, copied from a listing or a source, or with a folder that was renamed or
 // mistyped ("auth/jwtt"): the engine's scope filter holds existing folders only, so the
 // search found nothing and the question was called out of domain, an answer the
